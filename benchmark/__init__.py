@@ -1,0 +1,1 @@
+"""circlebench: the training, evaluation and leaderboard side of the suite."""

@@ -1,0 +1,57 @@
+"""Timing and memory helpers shared by the benchmark scripts."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def median_seconds(fn: Callable[[], object], *, warmup: int = 3, repeat: int = 10) -> float:
+    """Median wall time of `fn()` in seconds after `warmup` unmeasured calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        import os
+
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_increase(fn: Callable[[], T], *, interval_s: float = 0.002) -> tuple[T, int]:
+    """Run `fn()` and return its result and the peak resident-memory increase in bytes.
+
+    A sampling thread reads /proc/self/statm, so allocations shorter than `interval_s` may be
+    missed; that is precise enough for the GB-scale figures the benchmarks report.
+    """
+    base = _rss_bytes()
+    peak = base
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _rss_bytes())
+            time.sleep(interval_s)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        result = fn()
+    finally:
+        done.set()
+        sampler.join()
+    peak = max(peak, _rss_bytes())
+    return result, peak - base

@@ -1,0 +1,1 @@
+"""LightningDataModules for the retrieval benchmarks and the synthetic default."""

@@ -1,0 +1,1 @@
+"""Metric-learning losses: similarity sources and the pair losses built on them."""

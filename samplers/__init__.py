@@ -1,0 +1,1 @@
+"""Batch samplers for metric learning."""
