@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -90,8 +89,8 @@ class RunSummary:
     failed: dict[str, str] = field(default_factory=dict)
 
 
-def fit_args(cell: Cell, rows_csv: Path, run_root: Path) -> list[str]:
-    """The `circlebench fit` command line of one cell."""
+def fit_args(cell: Cell, rows_csv: Path, run_root: Path, *, wandb: bool = True) -> list[str]:
+    """The `circlebench fit` command line of one cell; its run folder goes under `run_root`."""
     return [
         "fit",
         "--config",
@@ -102,7 +101,8 @@ def fit_args(cell: Cell, rows_csv: Path, run_root: Path) -> list[str]:
         str(rows_csv),
         "--cell_id",
         cell.cell_id,
-        f"--trainer.default_root_dir={run_root / cell.cell_id}",
+        f"--trainer.default_root_dir={run_root}",
+        f"--wandb={str(wandb).lower()}",
         *cell.overrides,
     ]
 
@@ -115,6 +115,7 @@ def run_cells(
     root: Path,
     runner: CellRunner,
     console: Console,
+    wandb: bool = True,
 ) -> RunSummary:
     """Run every unfinished cell whose data is present; never stops at a failing cell."""
     summary = RunSummary()
@@ -131,7 +132,7 @@ def run_cells(
                 progress.console.print(f"[yellow]skip[/] {cell.cell_id}: {missing} is absent")
             else:
                 progress.update(task, description=cell.cell_id)
-                _run_one(cell, rows_csv, work_dir, runner, summary, progress.console)
+                _run_one(cell, rows_csv, work_dir, runner, summary, progress.console, wandb)
             progress.advance(task)
         progress.update(task, description="cells")
     return summary
@@ -144,14 +145,13 @@ def _run_one(
     runner: CellRunner,
     summary: RunSummary,
     console: Console,
+    wandb: bool,
 ) -> None:
     log = work_dir / "logs" / f"{cell.cell_id.replace('/', '__')}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    # A cell without a row never finished: its run folder holds a partial log, not this run's.
-    shutil.rmtree(work_dir / "runs" / cell.cell_id, ignore_errors=True)
     start = time.perf_counter()
     try:
-        runner(fit_args(cell, rows_csv, work_dir / "runs"), log)
+        runner(fit_args(cell, rows_csv, work_dir / "runs", wandb=wandb), log)
         if cell.cell_id not in set(read_rows(rows_csv)["cell_id"]):
             raise CellFailedError(f"fit finished but wrote no row to {rows_csv}")
     except CellFailedError as error:

@@ -76,30 +76,40 @@ def main(argv: list[str] | None = None) -> None:
         suite = load_suite(args.suite, Path("."), args.seeds)
     except (KeyError, ValueError, FileNotFoundError) as error:
         parser.error(str(error.args[0]))
-    if args.no_wandb:
-        os.environ["WANDB_MODE"] = "disabled"  # inherited by the cells' W&B loggers
     console = terminal_console()
     runner = RUNNERS[args.isolation]
     if args.check:
         check(suite, args.results_dir, args.tolerance, runner, console)
         return
-    board, summary = build(suite, args.results_dir, runner, console, run=not args.fold_only)
+    board, summary = build(
+        suite, args.results_dir, runner, console, run=not args.fold_only, wandb=not args.no_wandb
+    )
     if not args.no_wandb:
         log_wandb_table(board, suite, args.results_dir / "suites" / suite.name, console)
     _finish(summary, console)
 
 
 def build(
-    suite: Suite, results_dir: Path, runner: CellRunner, console: Console, *, run: bool = True
+    suite: Suite,
+    results_dir: Path,
+    runner: CellRunner,
+    console: Console,
+    *,
+    run: bool = True,
+    wandb: bool = True,
 ) -> tuple[pd.DataFrame, RunSummary]:
-    """Run the suite's unfinished cells (unless `run` is False) and write its leaderboard files."""
+    """Run the suite's unfinished cells (unless `run` is False) and write its leaderboard files.
+
+    Args:
+        wandb: whether the cells log to W&B (offline unless configured).
+    """
     work = results_dir / "suites" / suite.name
     rows_csv = work / "rows.csv"
     summary = RunSummary()
     if run:
         summary = run_cells(
             suite.cells(), rows_csv=rows_csv, work_dir=work, root=Path("."), runner=runner,
-            console=console,
+            console=console, wandb=wandb,
         )  # fmt: skip
     rows = read_rows(rows_csv)
     rows = rows[rows["cell_id"].isin({cell.cell_id for cell in suite.cells()})]
@@ -137,7 +147,7 @@ def check(
             f"`circlebench leaderboard --suite {suite.name}` and commit its files first"
         )
     scratch = Path(tempfile.mkdtemp(prefix=f"circlebench-check-{suite.name}-"))
-    _, summary = build(suite, scratch, runner, console)
+    _, summary = build(suite, scratch, runner, console, wandb=False)  # a check logs nothing
     fresh_csv = scratch / suite.output / "leaderboard.csv"
     committed = read_leaderboard(committed_csv)
     fresh = read_leaderboard(fresh_csv) if fresh_csv.is_file() else committed[:0]

@@ -90,7 +90,7 @@ def test_markdown_shows_paper_numbers_only_for_declared_datasets() -> None:
     )
     assert "| CircleLoss | pair-wise | m=0.4, gamma=80 | 3 | 63.00 ± 8.96 (paper 66.7) |" in text
     assert "| TripletLoss | pair-wise | margin=0.1 | 1 | 50.00 | 60.00 |" in text
-    assert "backbone `efficientnet_lite0`" in text
+    assert "backbone `efficientnet_lite0`" in text and "P×K `4×4`" in text
     plain = leaderboard_markdown(board, title="T", description="", paper=paper, paper_datasets={})
     assert "paper 66.7" not in plain
 
@@ -148,7 +148,8 @@ def fake_fit(calls: list[list[str]]):
     def run(args: list[str], log: Path) -> None:
         calls.append(args)
         value = dict(itertools.pairwise(args))
-        run_dir = Path(next(a for a in args if a.startswith("--trainer.default_root_dir="))[27:])
+        root = Path(next(a for a in args if a.startswith("--trainer.default_root_dir="))[27:])
+        run_dir = root / value["--cell_id"] / str(len(calls))  # a fresh folder per run, as fit
         run_dir.mkdir(parents=True)
         steps = np.arange(20)
         log_frame = pd.DataFrame({"step": steps, "train/sp_mean": 0.5 + steps / 50})
@@ -204,7 +205,7 @@ def test_suite_runs_once_then_resumes(project: Path, monkeypatch: pytest.MonkeyP
     ]  # fmt: skip
     # the `cub` group needs ../absent_data, so it was skipped
     assert calls[0][:3] == ["fit", "--config", "experiments/syn/circle.yaml"]
-    assert calls[0][-1] == "--trainer.max_epochs=2"
+    assert calls[0][-2:] == ["--wandb=false", "--trainer.max_epochs=2"]
     board = read_leaderboard(project / "results/suites/t/leaderboard.csv")
     assert list(board["experiment"]) == ["syn/circle", "syn/triplet"]
     assert board["R@1_mean"].tolist() == [50.5, 50.5]
