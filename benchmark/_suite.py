@@ -10,6 +10,8 @@ groups:
   synthetic_fine_grained:           # group name: a heading of the leaderboard
     configs: experiments/synthetic/*.yaml   # a glob or a list of paths (repository-relative)
     overrides: [--data.init_args.mode=fine_grained]   # appended after the suite's
+    config_overrides:               # optional: appended for one config, by file stem
+      softmax: [--model.loss.init_args.num_classes=25]
     requires: ../shared/data/cub200 # optional: cells are skipped, with a reason, when absent
     paper_dataset: cub200           # optional: compare with this dataset's paper numbers
 ```
@@ -27,7 +29,7 @@ import yaml
 
 SUITES_DIR = Path("experiments/suites")
 _SUITE_KEYS = {"description", "seeds", "overrides", "output", "groups"}
-_GROUP_KEYS = {"configs", "overrides", "requires", "paper_dataset"}
+_GROUP_KEYS = {"configs", "overrides", "config_overrides", "requires", "paper_dataset"}
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,13 @@ class Group:
     name: str
     configs: tuple[Path, ...]
     overrides: tuple[str, ...]
+    config_overrides: dict[str, tuple[str, ...]]
     requires: Path | None
     paper_dataset: str | None
+
+    def overrides_for(self, config: Path) -> tuple[str, ...]:
+        """The group's overrides, then those of this config."""
+        return (*self.overrides, *self.config_overrides.get(config.stem, ()))
 
     def missing_data(self, root: Path) -> Path | None:
         """The required path (resolved against `root`) when it is absent, else None."""
@@ -80,7 +87,7 @@ class Suite:
     def cells(self) -> list[Cell]:
         """Every cell, group by group, config by config, seed by seed."""
         return [
-            Cell(group, config, seed, (*self.overrides, *group.overrides))
+            Cell(group, config, seed, (*self.overrides, *group.overrides_for(config)))
             for group in self.groups
             for config in group.configs
             for seed in self.seeds
@@ -145,11 +152,22 @@ def _group(name: str, spec: dict, root: Path, path: Path) -> Group:
         if not matches:
             raise FileNotFoundError(f"{where}: no config matches {pattern!r} under {root}")
         configs += [m.relative_to(root) for m in matches]
+    per_config = spec.get("config_overrides") or {}
+    unknown = sorted(set(per_config) - {c.stem for c in configs})
+    if unknown:
+        raise ValueError(
+            f"{where}: config_overrides names {unknown}, which are not among its configs "
+            f"{sorted(c.stem for c in configs)}"
+        )
     requires = spec.get("requires")
     return Group(
         name=name,
         configs=tuple(configs),
         overrides=_strings(spec.get("overrides", []), f"{where}: overrides"),
+        config_overrides={
+            stem: _strings(value, f"{where}: config_overrides.{stem}")
+            for stem, value in per_config.items()
+        },
         requires=Path(requires) if requires else None,
         paper_dataset=spec.get("paper_dataset"),
     )

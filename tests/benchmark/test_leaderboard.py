@@ -179,6 +179,12 @@ def test_suite_cells_expand_globs_and_seeds(project: Path) -> None:
     ]  # fmt: skip
     assert suite.cells()[0].overrides == ("--trainer.max_epochs=2",)
     assert [c.seed for c in load_suite("t", project, seeds=[7]).cells()] == [7, 7, 7]
+    (project / "experiments/suites/u.yaml").write_text(
+        "overrides: [--a=1]\ngroups:\n  syn:\n    configs: experiments/syn/*.yaml\n"
+        "    overrides: [--b=2]\n    config_overrides: {triplet: [--c=3]}\n"
+    )
+    overrides = [c.overrides for c in load_suite("u", project).cells()]
+    assert overrides == [("--a=1", "--b=2"), ("--a=1", "--b=2", "--c=3")]
 
 
 def test_suite_errors_name_the_problem(project: Path, capsys: pytest.CaptureFixture) -> None:
@@ -193,6 +199,11 @@ def test_suite_errors_name_the_problem(project: Path, capsys: pytest.CaptureFixt
         load_suite("t", project)
     suite_file.write_text("epochs: 3\ngroups:\n  syn: {configs: experiments/syn/*.yaml}\n")
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['epochs'\]"):
+        load_suite("t", project)
+    suite_file.write_text(
+        "groups:\n  syn: {configs: experiments/syn/*.yaml, config_overrides: {circel: []}}\n"
+    )
+    with pytest.raises(ValueError, match=r"names \['circel'\], which are not among its configs"):
         load_suite("t", project)
 
 
