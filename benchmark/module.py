@@ -194,7 +194,7 @@ class MetricLearningModule(pl.LightningModule):
 
     def _gathered(self, loader_idx: int, loader) -> tuple[Tensor, Tensor, Tensor]:
         """This loader's embeddings, labels, cameras from all ranks, in dataset order, once each."""
-        batch_ids, *parts = zip(*self._eval_parts[loader_idx])
+        batch_ids, *parts = zip(*self._eval_parts[loader_idx], strict=True)
         embeddings, labels, cameras = (torch.cat(t) for t in parts)
         if self.trainer.world_size == 1:
             return embeddings, labels, cameras
@@ -236,12 +236,13 @@ def _sampled_batches(loader) -> list[list[int]]:
 
 
 def check_num_classes(loss: nn.Module, num_classes: int) -> None:
-    """Raise if a class-level part of `loss` (proxies, centres) was built for another class count."""
+    """Raise if a class-level part of `loss` (proxies, centres) has another class count."""
     for name, part in loss.named_modules():
         declared = getattr(part, "num_classes", None)
         if isinstance(declared, int) and declared != num_classes:
             where = "".join(f"{p}.init_args." for p in name.split(".") if p)
             raise ValueError(
                 f"{type(part).__name__} has num_classes={declared} but the training data has "
-                f"{num_classes} classes; set --model.loss.init_args.{where}num_classes={num_classes}"
+                f"{num_classes} classes; "
+                f"set --model.loss.init_args.{where}num_classes={num_classes}"
             )

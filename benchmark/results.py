@@ -31,7 +31,7 @@ PROVENANCE_COLUMNS = ("eval_backend", "wall_time_s", "git_sha", "config_hash", "
 
 @dataclass(frozen=True)
 class ResultRow:
-    """One finished run. Metrics are in percent, keyed as the evaluator names them (`R@1`, `mAP`)."""
+    """One finished run; metrics in percent, keyed as the evaluator names them (`R@1`)."""
 
     cell_id: str
     dataset: str
@@ -101,7 +101,7 @@ def append_row(path: str | Path, row: ResultRow) -> None:
 
 
 def git_sha(cwd: str | Path | None = None) -> str:
-    """HEAD's commit of the checkout holding this package (`+dirty` if modified), "" if not a repo."""
+    """HEAD of the checkout holding this package (`+dirty` if modified); "" outside git."""
     cwd = Path(cwd) if cwd is not None else Path(__file__).resolve().parent
     try:
         sha = subprocess.run(
