@@ -104,7 +104,7 @@ class CircleLoss(nn.Module):
 
     @property
     def labels(self) -> str:
-        """"pair-wise" or "class-level", from the similarity source."""
+        """ "pair-wise" or "class-level", from the similarity source."""
         return self.source.labels
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:

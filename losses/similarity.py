@@ -137,7 +137,9 @@ def masked_logsumexp(x: Tensor, mask: Tensor, dim: int = 1) -> Tensor:
 
 
 @torch.no_grad()
-def pair_stats(sim: Tensor, pos_mask: Tensor, neg_mask: Tensor, active: Tensor) -> dict[str, Tensor]:
+def pair_stats(
+    sim: Tensor, pos_mask: Tensor, neg_mask: Tensor, active: Tensor
+) -> dict[str, Tensor]:
     """`last_stats` of a loss: mean s_p, mean s_n and the fraction of `active` anchors or pairs."""
     sim = sim.detach()
     zero = sim.new_zeros(())

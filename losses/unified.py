@@ -42,7 +42,7 @@ class UnifiedLoss(nn.Module):
 
     @property
     def labels(self) -> str:
-        """"pair-wise" or "class-level", from the similarity source."""
+        """ "pair-wise" or "class-level", from the similarity source."""
         return self.source.labels
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
