@@ -36,7 +36,11 @@ UNHASHED = {
 class CircleBenchCLI(LightningCLI):
     """LightningCLI over `MetricLearningModule` and any `RetrievalDataModule`, recording results."""
 
-    def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
+    def __init__(
+        self, args: list[str] | None = None, run: bool = True, *, parse_only: bool = False
+    ) -> None:
+        """Parse `args` and run the sub-command; `parse_only` stops before building anything."""
+        self.parse_only = parse_only
         defaults = {"default_config_files": [str(BASE_CONFIG)]}
         super().__init__(
             MetricLearningModule,
@@ -44,7 +48,9 @@ class CircleBenchCLI(LightningCLI):
             subclass_mode_data=True,
             save_config_callback=ConfigToLoggersCallback,
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={name: dict(defaults) for name in self.subcommands()},
+            parser_kwargs={name: dict(defaults) for name in self.subcommands()}
+            if run
+            else defaults,
             auto_configure_optimizers=False,  # the module builds its own parameter groups
             args=args,
             run=run,
@@ -77,6 +83,10 @@ class CircleBenchCLI(LightningCLI):
             help="fit: evaluate the test set at the end",
         )
 
+    def instantiate_classes(self) -> None:
+        if not self.parse_only:
+            super().instantiate_classes()
+
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         config = self._get(self.config_init, "trainer", default={})
         dataset = getattr(self.datamodule, "dataset_name", type(self.datamodule).__name__)
@@ -85,8 +95,9 @@ class CircleBenchCLI(LightningCLI):
             dataset,
             type(self.model.loss).__name__,
             wandb=self._get(self.config, "wandb"),
-            version=run_version(self._get(self.config, "cell_id")),
+            version=run_version(),
         )
+        self.run_dir = Path(loggers[0].log_dir)  # fast_dev_run swaps the loggers for dummies
         extra = config.get("logger")  # loggers named in a config come after ours
         loggers += [
             x for x in (extra if isinstance(extra, list) else [extra]) if isinstance(x, Logger)
@@ -120,10 +131,9 @@ class CircleBenchCLI(LightningCLI):
         """Write `similarities.npz` in the run directory and append the results row (rank 0)."""
         if not self.trainer.is_global_zero:
             return
-        run_dir = Path(self.trainer.loggers[0].log_dir)
         if self.model.last_test_similarities is not None:
-            save_similarities(run_dir / "similarities.npz", *self.model.last_test_similarities)
-        append_row(self._get(self.config, "results_csv"), self._row(run_dir))
+            save_similarities(self.run_dir / "similarities.npz", *self.model.last_test_similarities)
+        append_row(self._get(self.config, "results_csv"), self._row(self.run_dir))
 
     def _row(self, run_dir: Path) -> ResultRow:
         self._dump_config()

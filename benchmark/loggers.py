@@ -29,10 +29,9 @@ def wandb_is_configured() -> bool:
         return False
 
 
-def run_version(cell_id: str = "") -> str:
-    """A folder name unique across concurrent runs: cell id (if any), UTC time, process id."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    return "-".join(part for part in (cell_id, stamp, str(os.getpid())) if part)
+def run_version() -> str:
+    """A folder name unique across concurrent runs: UTC time and process id."""
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{os.getpid()}"
 
 
 def build_loggers(

@@ -9,6 +9,7 @@ de-duplicated by dataset index, and every rank computes the same metrics with
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Literal
 
@@ -236,13 +237,25 @@ def _sampled_batches(loader) -> list[list[int]]:
 
 
 def check_num_classes(loss: nn.Module, num_classes: int) -> None:
-    """Raise if a class-level part of `loss` (proxies, centres) has another class count."""
-    for name, part in loss.named_modules():
-        declared = getattr(part, "num_classes", None)
-        if isinstance(declared, int) and declared != num_classes:
-            where = "".join(f"{p}.init_args." for p in name.split(".") if p)
-            raise ValueError(
-                f"{type(part).__name__} has num_classes={declared} but the training data has "
-                f"{num_classes} classes; "
-                f"set --model.loss.init_args.{where}num_classes={num_classes}"
-            )
+    """Raise if a class-level loss (proxies, centres) was built for another class count."""
+    found = _declared_num_classes(loss)
+    if found is not None and found[1] != num_classes:
+        where, declared = found
+        raise ValueError(
+            f"{type(loss).__name__} has num_classes={declared} but the training data has "
+            f"{num_classes} classes; set --model.loss.init_args.{where}num_classes={num_classes}"
+        )
+
+
+def _declared_num_classes(part: nn.Module, where: str = "") -> tuple[str, int] | None:
+    """(config path prefix, class count) of the first part taking `num_classes`, if any."""
+    params = inspect.signature(type(part).__init__).parameters
+    if "num_classes" in params:
+        counts = (getattr(m, "num_classes", None) for m in part.modules())
+        return where, next(n for n in counts if isinstance(n, int))
+    for name, child in part.named_children():
+        if name in params:  # a part given as a constructor argument, like Circle's `source`
+            found = _declared_num_classes(child, f"{where}{name}.init_args.")
+            if found is not None:
+                return found
+    return None

@@ -9,8 +9,7 @@ import torch
 from benchmark.embedders import Embedder
 from benchmark.evaluation import RetrievalEvaluator
 from benchmark.module import MetricLearningModule, check_num_classes
-from losses.circle import CircleLoss
-from losses.similarity import ClassProxies
+from losses import CenterLoss, CircleLoss, ClassProxies, NormFaceLoss
 from tests.benchmark._tiny_data import TinyDataModule, TinyReIDDataModule
 
 BACKBONE = "test_efficientnet"  # timm's ~0.1 M-parameter test model: fast on any CPU
@@ -62,6 +61,13 @@ def test_num_classes_that_disagree_with_the_data_name_the_override() -> None:
     loss = CircleLoss(source=ClassProxies(num_classes=7, embedding_dim=8))
     with pytest.raises(ValueError, match=r"source\.init_args\.num_classes=4"):
         check_num_classes(loss, 4)
+    with pytest.raises(
+        ValueError, match=r"has num_classes=7 .*--model\.loss\.init_args\.num_classes=4$"
+    ):
+        check_num_classes(NormFaceLoss(num_classes=7, embedding_dim=8), 4)
+    with pytest.raises(ValueError, match=r"CenterLoss has num_classes=7"):
+        check_num_classes(CenterLoss(num_classes=7, embedding_dim=8), 4)
+    check_num_classes(CenterLoss(num_classes=4, embedding_dim=8), 4)
     check_num_classes(CircleLoss(), 4)  # pair-wise losses have no class count
 
 
