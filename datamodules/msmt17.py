@@ -72,11 +72,11 @@ def msmt17_splits(root: str | Path, include_val: bool = False) -> Splits:
     Reads the list files only, so it works where the images are absent.
     """
     root = resolve_root(root, "list_train.txt", ["MSMT17_V1", "MSMT17_V2"])
-    train_dir, test_dir = (_image_dir(root, d) for d in IMAGE_DIRS[msmt17_version(root)])
     lists = ["list_train.txt", "list_query.txt", "list_gallery.txt"]
     for name in [*lists, "list_val.txt"] if include_val else lists:
         if not (root / name).is_file():
             raise INFO.missing(root, name)
+    train_dir, test_dir = (_image_dir(root, d) for d in IMAGE_DIRS[msmt17_version(root)])
     items, ids, cameras = _read_list(root, "list_train.txt", train_dir)
     if include_val:  # the val images sit in the training folder, with training identities
         val = _read_list(root, "list_val.txt", train_dir)
