@@ -6,6 +6,7 @@ from datamodules.cub200 import CUB200DataModule
 from datamodules.market1501 import Market1501DataModule
 from datamodules.msmt17 import MSMT17DataModule
 from datamodules.sop import SOPDataModule
+from datamodules.synthetic import SyntheticDataModule
 from datamodules.transforms import fine_grained_transform, reid_transform
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "SOPDataModule",
     "Split",
     "Splits",
+    "SyntheticDataModule",
     "fine_grained_transform",
     "reid_transform",
 ]
