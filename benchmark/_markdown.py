@@ -36,7 +36,7 @@ def paper_value(
 
 
 def format_params(loss_params: str) -> str:
-    """`{"m": 0.4, "gamma": 80}` → `m=0.4, gamma=80` (nested sources shown by class name)."""
+    """`{"m": 0.4, "gamma": 80}` → `m=0.4, gamma=80`; sources by class name, no None."""
     try:
         params = json.loads(loss_params) if loss_params else {}
     except json.JSONDecodeError:
@@ -45,6 +45,8 @@ def format_params(loss_params: str) -> str:
         return str(params)
     parts = []
     for key, value in params.items():
+        if value is None:
+            continue
         if isinstance(value, dict):  # a class_path/init_args block, e.g. the similarity source
             value = str(value.get("class_path", value)).rsplit(".", 1)[-1]
         parts.append(f"{key}={value}")

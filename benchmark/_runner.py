@@ -27,32 +27,41 @@ class CellFailedError(RuntimeError):
     """A cell's `fit` exited with an error; its log file says why."""
 
 
-# (fit arguments, log file) -> None; raises CellFailedError.
-CellRunner = Callable[[list[str], Path], None]
+# (fit arguments, log file, CPU threads or None for torch's default) -> None;
+# raises CellFailedError.
+CellRunner = Callable[[list[str], Path, "int | None"], None]
 
 
-def subprocess_runner(args: list[str], log: Path) -> None:
+def subprocess_runner(args: list[str], log: Path, threads: int | None) -> None:
     """Run `python -m benchmark.cli <args>` in a fresh interpreter (no state shared by cells)."""
+    env = dict(os.environ)
+    if threads is not None:  # read by torch's OpenMP and MKL pools when they start
+        env |= {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     with log.open("w") as out:
-        done = subprocess.run(
-            [sys.executable, "-m", "benchmark.cli", *args], stdout=out, stderr=subprocess.STDOUT
-        )
+        command = [sys.executable, "-m", "benchmark.cli", *args]
+        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     if done.returncode != 0:
         raise CellFailedError(f"exit status {done.returncode}")
 
 
-def in_process_runner(args: list[str], log: Path) -> None:
+def in_process_runner(args: list[str], log: Path, threads: int | None) -> None:
     """Call `benchmark.cli.main(args)` in this interpreter, its output sent to `log`."""
+    import torch
+
     from benchmark.cli import main as cli_main
 
+    default_threads = torch.get_num_threads()
     with log.open("w") as out, _redirect_fds(out.fileno()):
         try:
+            torch.set_num_threads(threads or default_threads)
             cli_main(args)
         except SystemExit as exit_:
             if exit_.code not in (None, 0):
                 raise CellFailedError(f"exit status {exit_.code}") from exit_
         except Exception as error:
             raise CellFailedError(f"{type(error).__name__}: {error}") from error
+        finally:
+            torch.set_num_threads(default_threads)
 
 
 @contextlib.contextmanager
@@ -116,6 +125,7 @@ def run_cells(
     runner: CellRunner,
     console: Console,
     wandb: bool = True,
+    threads: int | None = None,
 ) -> RunSummary:
     """Run every unfinished cell whose data is present; never stops at a failing cell."""
     summary = RunSummary()
@@ -132,7 +142,9 @@ def run_cells(
                 progress.console.print(f"[yellow]skip[/] {cell.cell_id}: {missing} is absent")
             else:
                 progress.update(task, description=cell.cell_id)
-                _run_one(cell, rows_csv, work_dir, runner, summary, progress.console, wandb)
+                _run_one(
+                    cell, rows_csv, work_dir, runner, summary, progress.console, wandb, threads
+                )
             progress.advance(task)
         progress.update(task, description="cells")
     return summary
@@ -146,12 +158,13 @@ def _run_one(
     summary: RunSummary,
     console: Console,
     wandb: bool,
+    threads: int | None,
 ) -> None:
     log = work_dir / "logs" / f"{cell.cell_id.replace('/', '__')}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     try:
-        runner(fit_args(cell, rows_csv, work_dir / "runs", wandb=wandb), log)
+        runner(fit_args(cell, rows_csv, work_dir / "runs", wandb=wandb), log, threads)
         if cell.cell_id not in set(read_rows(rows_csv)["cell_id"]):
             raise CellFailedError(f"fit finished but wrote no row to {rows_csv}")
     except CellFailedError as error:

@@ -6,6 +6,7 @@ A suite is a grid of experiment configs × seeds, grouped by the data they train
 seeds: [0, 1]                       # every cell runs once per seed
 overrides: [--trainer.max_epochs=3] # appended to every cell's `circlebench fit` command line
 output: .                           # leaderboard files go to <results-dir>/<output>
+threads: 1                          # optional: CPU threads per cell (results depend on it)
 groups:
   synthetic_fine_grained:           # group name: a heading of the leaderboard
     configs: experiments/synthetic/*.yaml   # a glob or a list of paths (repository-relative)
@@ -28,7 +29,7 @@ from pathlib import Path
 import yaml
 
 SUITES_DIR = Path("experiments/suites")
-_SUITE_KEYS = {"description", "seeds", "overrides", "output", "groups"}
+_SUITE_KEYS = {"description", "seeds", "overrides", "output", "threads", "groups"}
 _GROUP_KEYS = {"configs", "overrides", "config_overrides", "requires", "paper_dataset"}
 
 
@@ -82,6 +83,7 @@ class Suite:
     seeds: tuple[int, ...]
     overrides: tuple[str, ...]
     output: Path
+    threads: int | None
     groups: tuple[Group, ...]
 
     def cells(self) -> list[Cell]:
@@ -127,8 +129,11 @@ def load_suite(name: str, root: Path = Path("."), seeds: list[int] | None = None
         seeds=tuple(chosen),
         overrides=_strings(spec.get("overrides", []), f"{path}: overrides"),
         output=Path(spec.get("output", f"suites/{name}")),
+        threads=spec.get("threads"),
         groups=groups,
     )
+    if suite.threads is not None and (not isinstance(suite.threads, int) or suite.threads < 1):
+        raise ValueError(f"{path}: threads must be a positive integer, got {suite.threads!r}")
     ids = [cell.cell_id for cell in suite.cells()]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:

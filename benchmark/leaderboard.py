@@ -109,7 +109,7 @@ def build(
     if run:
         summary = run_cells(
             suite.cells(), rows_csv=rows_csv, work_dir=work, root=Path("."), runner=runner,
-            console=console, wandb=wandb,
+            console=console, wandb=wandb, threads=suite.threads,
         )  # fmt: skip
     rows = read_rows(rows_csv)
     rows = rows[rows["cell_id"].isin({cell.cell_id for cell in suite.cells()})]

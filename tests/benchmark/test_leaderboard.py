@@ -27,7 +27,8 @@ SETTINGS |= {"image_size": "32x32", "p": "4", "k": "4", "epochs": "2", "include_
 
 
 def row(cell_id: str, seed: int, r1: float, *, loss: str = "CircleLoss", **extra) -> dict:
-    params = json.dumps({"m": 0.4, "gamma": 80} if loss == "CircleLoss" else {"margin": 0.1})
+    circle = {"m": 0.4, "gamma": 80, "source": None}
+    params = json.dumps(circle if loss == "CircleLoss" else {"margin": 0.1})
     metrics = {"R@1": r1, "R@2": r1 + 10, "mAP": r1 / 2, "wall_time_s": 3.0, "run_dir": ""}
     names = {"cell_id": cell_id, "loss": loss, "loss_params": params, "seed": str(seed)}
     return {**names, **SETTINGS, **metrics, **extra}
@@ -145,7 +146,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def fake_fit(calls: list[list[str]]):
     """A cell runner that writes what `fit` writes: a row, metrics.csv and similarities.npz."""
 
-    def run(args: list[str], log: Path) -> None:
+    def run(args: list[str], log: Path, threads: int | None) -> None:
         calls.append(args)
         value = dict(itertools.pairwise(args))
         root = Path(next(a for a in args if a.startswith("--trainer.default_root_dir="))[27:])
@@ -249,7 +250,7 @@ def test_check_regenerates_and_compares(project: Path, monkeypatch: pytest.Monke
 def test_plots_are_written_from_logs(tmp_path: Path) -> None:
     fake_fit([])(["--cell_id", "syn/circle/seed0", "--seed_everything", "0", "--results_csv",
                   str(tmp_path / "rows.csv"), f"--trainer.default_root_dir={tmp_path / 'run'}"],
-                 tmp_path / "log")  # fmt: skip
+                 tmp_path / "log", None)  # fmt: skip
     rows = read_rows(tmp_path / "rows.csv")
     written = write_plots(fold_rows(rows), rows, tmp_path / "plots")
     assert [p.name for p in written] == [
