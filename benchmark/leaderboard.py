@@ -114,7 +114,9 @@ def build(
     rows = read_rows(rows_csv)
     rows = rows[rows["cell_id"].isin({cell.cell_id for cell in suite.cells()})]
     out = results_dir / suite.output
-    board = fold_rows(rows)
+    order = {cell.experiment: i for i, cell in enumerate(suite.cells())}
+    board = fold_rows(rows)  # rows are in the order cells finished; the suite's order reads better
+    board = board.sort_values("experiment", key=lambda s: s.map(order)) if len(board) else board
     if board.empty:
         console.print(f"no rows for suite {suite.name!r} in {rows_csv}; nothing to fold")
         return board, summary
