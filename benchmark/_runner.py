@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,23 +117,31 @@ def fit_args(cell: Cell, rows_csv: Path, run_root: Path, *, wandb: bool = True) 
     ]
 
 
+@dataclass(frozen=True)
+class CellSettings:
+    """How every cell of one suite run is run and where it writes."""
+
+    rows_csv: Path
+    work_dir: Path
+    runner: CellRunner
+    wandb: bool = True
+    threads: int | None = None
+
+
 def run_cells(
-    cells: list[Cell],
-    *,
-    rows_csv: Path,
-    work_dir: Path,
-    root: Path,
-    runner: CellRunner,
-    console: Console,
-    wandb: bool = True,
-    threads: int | None = None,
+    cells: list[Cell], settings: CellSettings, *, root: Path, console: Console, jobs: int = 1
 ) -> RunSummary:
-    """Run every unfinished cell whose data is present; never stops at a failing cell."""
+    """Run every unfinished cell whose data is present; never stops at a failing cell.
+
+    Args:
+        jobs: cells run at once (each with the suite's threads); 1 runs them one after another.
+    """
     summary = RunSummary()
-    done = set(read_rows(rows_csv)["cell_id"])
+    done = set(read_rows(settings.rows_csv)["cell_id"])
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task("cells", total=len(cells))
+        todo = []
         for cell in cells:
             missing = cell.group.missing_data(root)
             if cell.cell_id in done:
@@ -141,32 +150,30 @@ def run_cells(
                 summary.skipped[cell.experiment] = f"data absent: {missing}"
                 progress.console.print(f"[yellow]skip[/] {cell.cell_id}: {missing} is absent")
             else:
-                progress.update(task, description=cell.cell_id)
-                _run_one(
-                    cell, rows_csv, work_dir, runner, summary, progress.console, wandb, threads
-                )
+                todo.append(cell)
+                continue
             progress.advance(task)
+
+        def run(cell: Cell) -> None:
+            progress.update(task, description=cell.cell_id)
+            _run_one(cell, settings, summary, progress.console)
+            progress.advance(task)
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:  # threads only wait on processes
+            list(pool.map(run, todo))
         progress.update(task, description="cells")
     return summary
 
 
-def _run_one(
-    cell: Cell,
-    rows_csv: Path,
-    work_dir: Path,
-    runner: CellRunner,
-    summary: RunSummary,
-    console: Console,
-    wandb: bool,
-    threads: int | None,
-) -> None:
-    log = work_dir / "logs" / f"{cell.cell_id.replace('/', '__')}.log"
+def _run_one(cell: Cell, settings: CellSettings, summary: RunSummary, console: Console) -> None:
+    log = settings.work_dir / "logs" / f"{cell.cell_id.replace('/', '__')}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    args = fit_args(cell, settings.rows_csv, settings.work_dir / "runs", wandb=settings.wandb)
     start = time.perf_counter()
     try:
-        runner(fit_args(cell, rows_csv, work_dir / "runs", wandb=wandb), log, threads)
-        if cell.cell_id not in set(read_rows(rows_csv)["cell_id"]):
-            raise CellFailedError(f"fit finished but wrote no row to {rows_csv}")
+        settings.runner(args, log, settings.threads)
+        if cell.cell_id not in set(read_rows(settings.rows_csv)["cell_id"]):
+            raise CellFailedError(f"fit finished but wrote no row to {settings.rows_csv}")
     except CellFailedError as error:
         summary.failed[cell.cell_id] = f"{error}; log: {log}"
         tail = log.read_text(errors="replace").splitlines()[-15:] if log.is_file() else []

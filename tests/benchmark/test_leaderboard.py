@@ -6,6 +6,7 @@ import csv
 import itertools
 import json
 import math
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -146,7 +147,13 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def fake_fit(calls: list[list[str]]):
     """A cell runner that writes what `fit` writes: a row, metrics.csv and similarities.npz."""
 
+    lock = threading.Lock()  # `--jobs 2` runs two cells at once
+
     def run(args: list[str], log: Path, threads: int | None) -> None:
+        with lock:
+            write(args)
+
+    def write(args: list[str]) -> None:
         calls.append(args)
         value = dict(itertools.pairwise(args))
         root = Path(next(a for a in args if a.startswith("--trainer.default_root_dir="))[27:])
@@ -194,6 +201,9 @@ def test_suite_errors_name_the_problem(project: Path, capsys: pytest.CaptureFixt
     with pytest.raises(SystemExit):
         leaderboard.main(["--suite", "nope"])
     assert "choose one of ['t']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        leaderboard.main(["--suite", "t", "--jobs", "2", "--isolation", "in-process"])
+    assert "--jobs must be 1, or more with --isolation subprocess" in capsys.readouterr().err
     suite_file = project / "experiments/suites/t.yaml"
     suite_file.write_text("groups:\n  syn: {configs: experiments/syn/*.yml}\n")
     with pytest.raises(FileNotFoundError, match=r"no config matches 'experiments/syn/\*.yml'"):
@@ -236,7 +246,7 @@ def test_check_regenerates_and_compares(project: Path, monkeypatch: pytest.Monke
     calls: list[list[str]] = []
     monkeypatch.setitem(leaderboard.RUNNERS, "subprocess", fake_fit(calls))
     leaderboard.main(["--suite", "t", "--no-wandb"])
-    leaderboard.main(["--suite", "t", "--check", "--no-wandb"])
+    leaderboard.main(["--suite", "t", "--check", "--no-wandb", "--jobs", "2"])
     assert len(calls) == 8  # the check reran every cell in a temporary folder
     committed = project / "results/suites/t/leaderboard.csv"
     board = read_leaderboard(committed)
