@@ -97,6 +97,8 @@ def _group_table(
     facts = ", ".join(f"{c} `{rows[c].iloc[0]}`" for c in shared if c not in ("p", "k"))
     if "p" in shared and "k" in shared:
         facts += f", P×K `{rows['p'].iloc[0]}×{rows['k'].iloc[0]}`"
+    if "requires" in rows and rows["requires"].iloc[0]:
+        facts += f"; needs `{rows['requires'].iloc[0]}`"
     metrics = [m for m in metric_columns([c[:-5] for c in rows if c.endswith("_mean")])]
     metrics = [m for m in metrics if rows[f"{m}_mean"].notna().any()]
     head = ["loss", "labels", "params", *varying, "seeds", *metrics, "s/run"]
