@@ -112,7 +112,8 @@ class PKSampler(Sampler[list[int]]):
         num_classes = len(self.class_indices)
         queue: list[int] = []  # positions into self.class_indices, in visiting order
         for b in range(self._len * self.num_replicas):
-            while len(set(queue)) < self.p:
+            # a class is queued at most twice, so 2p entries hold p distinct; skip the set then
+            while len(queue) < 2 * self.p and len(set(queue)) < self.p:
                 queue += torch.randperm(num_classes, generator=gen).tolist()
             chosen = _first_distinct(queue, self.p)
             # every rank draws every batch so the generator stays in step; a rank keeps its stride
