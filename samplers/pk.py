@@ -90,7 +90,6 @@ class PKSampler(Sampler[list[int]]):
         self.class_indices: list[Tensor] = [groups[i] for i in keep]
         self.p, self.k, self.seed = p, k, seed
         self.num_replicas, self.rank = num_replicas, rank
-        self.small_classes = small_classes
         self.epoch = 0
         self._len = batches_per_epoch or max(1, len(labels) // (p * k * num_replicas))
 
