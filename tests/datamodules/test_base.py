@@ -165,3 +165,8 @@ def test_missing_image_raises_naming_the_file(tmp_path: Path) -> None:
     split = Split([str(tmp_path / "gone.jpg")], [0], [-1])
     with pytest.raises(FileNotFoundError, match=r"image file missing: .*gone\.jpg"):
         ImageFileDataset(split, fine_grained_transform(8, train=False))[0]
+
+
+def test_split_lengths_must_agree() -> None:
+    with pytest.raises(ValueError, match=r"differ in length \(2, 1, 2\)"):
+        Split(["a", "b"], [0], [-1, -1])
