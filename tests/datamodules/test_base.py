@@ -27,7 +27,9 @@ def write_images(
         path = root / f"{label:03d}" / f"{i:04d}_c{cam}.jpg"
         path.parent.mkdir(parents=True, exist_ok=True)
         shape = (20, 24) if gray_every and i % gray_every == 0 else (20, 24, 3)
-        Image.fromarray(rng.integers(0, 255, shape, dtype=np.uint8)).save(path)
+        pixels = rng.integers(0, 255, shape, dtype=np.uint8)
+        if not path.exists():  # several DataModules share one folder: write it once
+            Image.fromarray(pixels).save(path)
         items.append(str(path))
     return Split(items, labels, cameras)
 
