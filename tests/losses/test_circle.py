@@ -15,8 +15,8 @@ from losses.similarity import _SymmetricGram
 
 def eq6_by_loops(sim: Tensor, pos: Tensor, neg: Tensor, m: float, gamma: float) -> Tensor:
     """Eq. 6 for one anchor with Eq. 5's weights and Eq. 8's O_p, O_n, Δ_p, Δ_n."""
-    s_p = [float(s) for s, is_pos in zip(sim, pos) if is_pos]
-    s_n = [float(s) for s, is_neg in zip(sim, neg) if is_neg]
+    s_p = [float(s) for s, is_pos in zip(sim, pos, strict=True) if is_pos]
+    s_n = [float(s) for s, is_neg in zip(sim, neg, strict=True) if is_neg]
     if not s_p or not s_n:
         return torch.tensor(0.0, dtype=torch.float64)
     sum_n = sum(math.exp(gamma * max(s + m, 0.0) * (s - m)) for s in s_n)
@@ -27,7 +27,9 @@ def eq6_by_loops(sim: Tensor, pos: Tensor, neg: Tensor, m: float, gamma: float) 
 @pytest.mark.parametrize(("m", "gamma"), [(0.25, 2.0), (0.4, 8.0)])
 def test_circle_loss_equals_eq6_written_as_loops_pair_wise(m, gamma, pk_batch) -> None:
     sim, pos, neg = BatchPairs()(*pk_batch(p=4, k=3, singletons=2, dtype=torch.float64))
-    expected = torch.stack([eq6_by_loops(s, p, n, m, gamma) for s, p, n in zip(sim, pos, neg)])
+    expected = torch.stack(
+        [eq6_by_loops(*row, m, gamma) for row in zip(sim, pos, neg, strict=True)]
+    )
     torch.testing.assert_close(circle_loss(sim, pos, neg, m=m, gamma=gamma), expected)
 
 
@@ -36,7 +38,9 @@ def test_circle_loss_equals_eq6_written_as_loops_class_level(m, gamma, pk_batch)
     embeddings, labels = pk_batch(p=5, k=2, dtype=torch.float64)
     sim, pos, neg = ClassProxies(5, 8).double()(embeddings, labels)
     sim = sim.detach()
-    expected = torch.stack([eq6_by_loops(s, p, n, m, gamma) for s, p, n in zip(sim, pos, neg)])
+    expected = torch.stack(
+        [eq6_by_loops(*row, m, gamma) for row in zip(sim, pos, neg, strict=True)]
+    )
     torch.testing.assert_close(circle_loss(sim, pos, neg, m=m, gamma=gamma), expected)
 
 

@@ -26,8 +26,9 @@ from losses.unified import unified_loss
 
 def rows(sim, pos, neg):
     """Per anchor: (its s_p list, its s_n list, its similarity row)."""
-    for s, p, n in zip(sim.tolist(), pos.tolist(), neg.tolist()):
-        yield [v for v, f in zip(s, p) if f], [v for v, f in zip(s, n) if f], s
+    for s, p, n in zip(sim.tolist(), pos.tolist(), neg.tolist(), strict=True):
+        s_p = [v for v, f in zip(s, p, strict=True) if f]
+        yield s_p, [v for v, f in zip(s, n, strict=True) if f], s
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ def test_multi_similarity_equals_paper_with_mining_as_loops(pairs) -> None:
 def test_lifted_structure_equals_song_et_al_as_loops(pairs) -> None:
     sim, pos, neg = pairs
     margin = 0.5
-    negatives = [[v for v, f in zip(s, n) if f] for s, n in zip(sim.tolist(), neg.tolist())]
+    negatives = [s_n for _, s_n, _ in rows(sim, pos, neg)]
     total, count = 0.0, 0
     for i, j in pos.nonzero().tolist():
         lse = math.log(sum(math.exp(margin + v) for v in negatives[i] + negatives[j]))
@@ -102,9 +103,7 @@ PAIR_FUNCTIONS = {
     ),
     "lifted": lambda s, p, n: lifted_structure_pair_loss(s, p, n, margin=1.0),
     "npair": npair_pair_loss,
-    "contrastive": lambda s, p, n: contrastive_pair_loss(
-        s, p, n, pos_margin=1.0, neg_margin=-0.5
-    ),
+    "contrastive": lambda s, p, n: contrastive_pair_loss(s, p, n, pos_margin=1.0, neg_margin=-0.5),
 }
 
 

@@ -17,9 +17,9 @@ def test_unified_loss_equals_eq1_written_as_loops(pk_batch) -> None:
     sim, pos, neg = BatchPairs()(*pk_batch(p=3, k=3, singletons=1, dtype=torch.float64))
     m, gamma = 0.25, 4.0
     expected = []
-    for s, p, n in zip(sim.tolist(), pos.tolist(), neg.tolist()):
-        s_p = [v for v, is_pos in zip(s, p) if is_pos]
-        s_n = [v for v, is_neg in zip(s, n) if is_neg]
+    for s, p, n in zip(sim.tolist(), pos.tolist(), neg.tolist(), strict=True):
+        s_p = [v for v, is_pos in zip(s, p, strict=True) if is_pos]
+        s_n = [v for v, is_neg in zip(s, n, strict=True) if is_neg]
         total = sum(math.exp(gamma * (sn - sp + m)) for sp in s_p for sn in s_n)
         expected.append(math.log(1 + total))
     actual = unified_loss(sim, pos, neg, m=m, gamma=gamma)
@@ -62,7 +62,9 @@ def test_anchor_without_negative_contributes_nothing() -> None:
     assert loss.item() == 0.0 and torch.isfinite(embeddings.grad).all()
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [({"m": 1.5}, "m must be in"), ({"gamma": -1}, "gamma")])
+@pytest.mark.parametrize(
+    ("kwargs", "match"), [({"m": 1.5}, "m must be in"), ({"gamma": -1}, "gamma")]
+)
 def test_constructor_rejects_bad_hyper_parameters(kwargs, match) -> None:
     with pytest.raises(ValueError, match=match):
         UnifiedLoss(**kwargs)
