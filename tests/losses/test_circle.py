@@ -10,7 +10,7 @@ from torch import Tensor
 
 from losses import BatchPairs, CircleLoss, ClassProxies
 from losses.circle import _CircleLossFunction, circle_loss, circle_weights
-from losses.similarity import _SymmetricGram
+from losses.similarity import _Gram
 
 
 def eq6_by_loops(sim: Tensor, pos: Tensor, neg: Tensor, m: float, gamma: float) -> Tensor:
@@ -53,9 +53,20 @@ def test_closed_form_backward_passes_gradcheck(pk_batch) -> None:
     )
 
 
-def test_symmetric_gram_backward_passes_gradcheck(pk_batch) -> None:
+@pytest.mark.parametrize("normalize", [True, False])
+def test_gram_backward_passes_gradcheck(normalize: bool, pk_batch) -> None:
     x = pk_batch(p=2, k=2, dim=3, dtype=torch.float64)[0].requires_grad_()
-    torch.autograd.gradcheck(_SymmetricGram.apply, (x,))
+    torch.autograd.gradcheck(lambda x: _Gram.apply(x, normalize), (x,))
+
+
+def test_gram_of_a_zero_embedding_matches_f_normalize() -> None:
+    x = torch.tensor([[0.0, 0.0], [3.0, 4.0]], dtype=torch.float64, requires_grad=True)
+    ref = x.detach().clone().requires_grad_()
+    weights = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64)
+    (_Gram.apply(x, True) * weights).sum().backward()
+    x_hat = torch.nn.functional.normalize(ref, dim=1)
+    ((x_hat @ x_hat.T) * weights).sum().backward()
+    torch.testing.assert_close(x.grad, ref.grad)
 
 
 def test_closed_form_gradient_equals_autograd_with_detached_weights(pk_batch) -> None:
