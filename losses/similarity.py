@@ -7,6 +7,7 @@ similarities they feed the same formula. A source turns `embeddings [B, D]` and 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import ClassVar
 
 import torch
@@ -56,13 +57,14 @@ class _Gram(torch.autograd.Function):
         return (grad_x_hat - x_hat * radial) / norm.clamp_min(_NORM_EPS), None
 
 
-class SimilaritySource(nn.Module):
+class SimilaritySource(nn.Module, ABC):
     """Base class: `forward(embeddings [B, D], labels [B]) -> (sim [B, N], pos_mask, neg_mask)`."""
 
     labels: ClassVar[str]
 
+    @abstractmethod
     def forward(self, embeddings: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        raise NotImplementedError(f"{type(self).__name__} must implement forward")
+        """Similarities [B, N] and boolean positive / negative masks [B, N]."""
 
     @staticmethod
     def _check_batch(embeddings: Tensor, labels: Tensor) -> None:
