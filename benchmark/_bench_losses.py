@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 from collections.abc import Callable
 from functools import partial
@@ -215,7 +216,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", default="", help="run the cases whose name contains this")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
-    print(f"forward+backward median, D={args.dim}, torch threads={torch.get_num_threads()}")
+    load = os.getloadavg()[0]  # other processes on the machine skew both columns
+    print(
+        f"forward+backward median, D={args.dim}, torch threads={torch.get_num_threads()}, "
+        f"load average {load:.1f}"
+    )
     print("ours: this package (centre/planet updates included); plain: same loss, autograd")
     print(f"{'loss':<26}{'B':>6}{'ours ms':>10}{'plain ms':>10}{'plain/ours':>12}  value")
     for batch in args.batch_sizes:
