@@ -140,8 +140,9 @@ def run_case(case: Case, repeat: int, baseline_queries: int) -> None:
         seconds = median_seconds(lambda ev=ev: ev.evaluate(**kwargs), warmup=0, repeat=repeat)
         ok = seconds <= target_s and (target_gb is None or mem / 2**30 <= target_gb)
         target = f"{target_s:g} s" + (f" / {target_gb:g} GB" if target_gb else "")
+        verdict = "met" if ok else "MISSED"
         print(f"{ev.last_backend:10s} {seconds:8.2f} s  peak +{mem / 2**30:5.2f} GiB  "
-              f"x{base_time / seconds:6.1f} faster  target {target}: {'met' if ok else 'MISSED'}")  # fmt: skip
+              f"x{base_time / seconds:6.1f} faster  target {target}: {verdict}")  # fmt: skip
         print("           " + "  ".join(f"{k} {v:.4f}" for k, v in result.items()))
 
 
