@@ -1,4 +1,4 @@
-"""`python -m benchmark.bench eval [--case sop|msmt17|market] [--repeat N]`.
+"""`python -m benchmark.bench eval [--case C] [--backend B] [--repeat N]`.
 
 Times RetrievalEvaluator on clustered random embeddings of the real datasets' sizes, for every
 backend available here, next to a plain baseline: float32 similarity rows, a full descending
@@ -120,7 +120,7 @@ def baseline(case: Case, data: dict, n_queries: int, chunk: int = 512) -> dict[s
     return {**{f"R@{k}": hits[k] / n_valid for k in case.ks}, "mAP": ap_sum / n_valid}
 
 
-def run_case(case: Case, repeat: int, baseline_queries: int) -> None:
+def run_case(case: Case, repeat: int, baseline_queries: int, backends: list[str]) -> None:
     size = f"{case.n_query:,} x {(case.n_gallery or case.n_query):,}, D={case.dim}"
     print(f"\n== {case.name}: {case.protocol} {size}, {case.n_classes:,} classes ==")
     data = make_data(case)
@@ -134,7 +134,7 @@ def run_case(case: Case, repeat: int, baseline_queries: int) -> None:
     print(f"baseline   {base_time:8.2f} s  peak +{base_mem / 2**30:5.2f} GiB{scaled}")
     print(f"           R@1 {base_result[f'R@{case.ks[0]}']:.4f}  mAP {base_result['mAP']:.4f}")
     target_s, target_gb = TARGETS[case.name]
-    for backend in ("torch", "faiss"):
+    for backend in backends:
         ev = RetrievalEvaluator(case.protocol, case.ks, case.metrics, backend=backend)  # type: ignore[arg-type]
         result, mem = peak_rss_increase(lambda ev=ev: ev.evaluate(**kwargs))
         seconds = median_seconds(lambda ev=ev: ev.evaluate(**kwargs), warmup=0, repeat=repeat)
@@ -152,7 +152,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per backend (median)")
     parser.add_argument("--baseline-queries", type=int, default=4096,
                         help="queries the baseline runs on before its time is scaled")  # fmt: skip
+    parser.add_argument("--backend", choices=["torch", "faiss"], action="append",
+                        help="default: both")  # fmt: skip
     args = parser.parse_args(argv)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     for name in args.case or ["market", "msmt17", "sop"]:
-        run_case(CASES[name], args.repeat, args.baseline_queries)
+        run_case(
+            CASES[name], args.repeat, args.baseline_queries, args.backend or ["torch", "faiss"]
+        )
