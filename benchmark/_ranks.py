@@ -120,8 +120,8 @@ def _chunk_ranks(
     width = table.shape[1]
     finite = torch.isfinite(table)
     abs_max = torch.where(finite, table.abs(), 0).amax(1)
-    eps = eps_in + output_error(g.low.dtype, abs_max, eps_in) + 2.0**-30  # [B] float64
     scores = block(q.low[q_index.to(q.low.device)], g.low)  # [B, N]
+    eps = eps_in + output_error(scores.dtype, abs_max, eps_in) + 2.0**-30  # [B] float64
     scores[rows.to(scores.device), g_index.to(scores.device)] = -torch.inf  # self, same id+cam
     # Lowest threshold minus ε, nudged down so that rounding to the block dtype stays below it.
     floor = torch.where(counts > 0, table[:, 0].to(torch.float64) - eps - 2.0**-7, torch.inf)
@@ -129,12 +129,11 @@ def _chunk_ranks(
     cand_rows, cand_cols = torch.nonzero(scores >= floor[:, None], as_tuple=True)
     values = scores[cand_rows, cand_cols].to(device="cpu", dtype=torch.float64)
     cand_rows, cand_cols = cand_rows.cpu(), cand_cols.cpu()
-    scores_dtype = scores.dtype
     del scores
     table64 = torch.where(finite, table.to(torch.float64), _ROW_SPAN / 2)
     surely, maybe = _side_counts(table64, eps, cand_rows, values)
     band = maybe > surely
-    if band.any() and scores_dtype != torch.float32:
+    if band.any() and g.low.dtype != torch.float32:
         # Second look at the bfloat16 band: float32 dot products of the raw rows (sparse, so
         # only these pairs are computed), within `raw_error` of the reference.
         idx = band.nonzero()[:, 0]
