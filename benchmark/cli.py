@@ -14,9 +14,7 @@ def main(argv: list[str] | None = None) -> None:
 
         data_main(argv[1:])
         return
-    raise SystemExit(
-        f"circlebench: unknown command {command!r}; choose one of: data"
-    )
+    raise SystemExit(f"circlebench: unknown command {command!r}; choose one of: data")
 
 
 if __name__ == "__main__":
