@@ -159,6 +159,12 @@ class MetricLearningModule(pl.LightningModule):
         if not self._eval_parts:
             return
         loaders = _as_list(loaders)
+        for idx, loader in enumerate(loaders):
+            if len(loader) == 0:
+                raise ValueError(
+                    f"MetricLearningModule: {stage} loader {idx} ({['query', 'gallery'][idx]}) "
+                    "is empty; the datamodule built an empty evaluation set"
+                )
         query = self._gathered(0, loaders[0])
         gallery = self._gathered(1, loaders[1]) if len(loaders) > 1 else None
         if self.protocol == "query_gallery" and gallery is None:
