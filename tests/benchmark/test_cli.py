@@ -91,7 +91,11 @@ def test_a_class_count_that_disagrees_with_the_data_is_an_actionable_error(tmp_p
     config = EXPERIMENTS / "synthetic" / "fine_grained" / "cosface.yaml"
     with pytest.raises(ValueError, match=r"set --model\.loss\.init_args\.num_classes=30"):
         circlebench(
-            tmp_path, "fit", config, "--trainer.fast_dev_run=1", "--data.init_args.num_train_classes=30"
+            tmp_path,
+            "fit",
+            config,
+            "--trainer.fast_dev_run=1",
+            "--data.init_args.num_train_classes=30",
         )
 
 
