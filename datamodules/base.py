@@ -72,16 +72,33 @@ def relabel(split: Split) -> Split:
     return Split(split.items, [new[c] for c in split.labels], split.cameras)
 
 
-def carve_validation(
-    train: Split, num_classes: int, *, seed: int, protocol: Protocol
-) -> tuple[Split, Splits]:
-    """Move `num_classes` random training classes into a class-disjoint validation split.
+def query_gallery_split(split: Split, *, seed: int) -> tuple[Split, Split]:
+    """Query and gallery of a re-ID evaluation set built from one labelled, camera-tagged split.
 
-    Returns the remaining training split (relabelled 0..C-1) and the validation `Splits` whose
-    `train` is that same remaining split. Under `same_set` all validation images form the query
-    (which is also the gallery). Under `query_gallery`, for each identity seen by two or more
-    cameras one image per camera (chosen by `seed`) is a query and the rest are gallery;
-    identities seen by a single camera have no valid match and go wholly to the gallery.
+    For each identity seen by two or more cameras, one image per camera (chosen by `seed`) is a
+    query; all other images are gallery. Identities seen by a single camera would have no valid
+    match (same identity and camera is excluded), so they go wholly to the gallery. Both keep the
+    split's order.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    first: dict[tuple[int, int], int] = {}  # (identity, camera) -> its query
+    for i in torch.randperm(len(split), generator=gen).tolist():
+        first.setdefault((split.labels[i], split.cameras[i]), i)
+    cameras_per_id: dict[int, int] = {}
+    for label, _ in first:
+        cameras_per_id[label] = cameras_per_id.get(label, 0) + 1
+    query = sorted(i for (label, _), i in first.items() if cameras_per_id[label] > 1)
+    chosen = set(query)
+    return split.subset(query), split.subset([i for i in range(len(split)) if i not in chosen])
+
+
+def carve_validation(train: Split, num_classes: int, *, seed: int, protocol: Protocol) -> Splits:
+    """Move `num_classes` random training classes (chosen by `seed`) into a validation split.
+
+    Returns `Splits` whose `train` is the remaining training split (relabelled 0..C-1) and whose
+    `query` / `gallery` are the class-disjoint validation sets. Under `same_set` all validation
+    images form the query (which is also the gallery); under `query_gallery` they are divided by
+    `query_gallery_split`.
     """
     classes = sorted(set(train.labels))
     if not 0 < num_classes < len(classes):
@@ -89,24 +106,13 @@ def carve_validation(
             f"val_classes={num_classes} must be between 1 and the number of training classes "
             f"minus one ({len(classes) - 1}); use val_classes=0 for no validation split"
         )
-    gen = torch.Generator().manual_seed(seed)
-    perm = torch.randperm(len(classes), generator=gen).tolist()
+    perm = torch.randperm(len(classes), generator=torch.Generator().manual_seed(seed)).tolist()
     held = {classes[i] for i in perm[:num_classes]}
-    val_idx = [i for i, c in enumerate(train.labels) if c in held]
+    val = train.subset([i for i, c in enumerate(train.labels) if c in held])
     remaining = relabel(train.subset([i for i, c in enumerate(train.labels) if c not in held]))
     if protocol == "same_set":
-        return remaining, Splits(remaining, train.subset(val_idx), None)
-
-    by_id_cam: dict[tuple[int, int], list[int]] = {}
-    for j in torch.randperm(len(val_idx), generator=gen).tolist():  # seeded pick per camera
-        i = val_idx[j]
-        by_id_cam.setdefault((train.labels[i], train.cameras[i]), []).append(i)
-    cams_per_id: dict[int, int] = {}
-    for label, _ in by_id_cam:
-        cams_per_id[label] = cams_per_id.get(label, 0) + 1
-    query = sorted(ix[0] for (label, _), ix in by_id_cam.items() if cams_per_id[label] > 1)
-    gallery = sorted(set(val_idx) - set(query))
-    return remaining, Splits(remaining, train.subset(query), train.subset(gallery))
+        return Splits(remaining, val, None)
+    return Splits(remaining, *query_gallery_split(val, seed=seed))
 
 
 class ImageFileDataset(Dataset):
@@ -123,7 +129,7 @@ class ImageFileDataset(Dataset):
         return len(self.split)
 
     def __getitem__(self, i: int) -> tuple[Tensor, int, int]:
-        path = Path(self.split.items[i])
+        path = Path(str(self.split.items[i]))
         try:
             with Image.open(path) as img:
                 image = img.convert("RGB")  # convert() decodes the whole file: truncation shows
@@ -213,9 +219,10 @@ class RetrievalDataModule(pl.LightningDataModule):
             test = self.load_splits()
             train, val = relabel(test.train), None
             if self.val_classes:
-                train, val = carve_validation(
+                val = carve_validation(
                     test.train, self.val_classes, seed=self.seed, protocol=self.protocol
                 )
+                train = val.train
             self._splits = (train, val, test)
         return self._splits
 

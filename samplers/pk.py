@@ -98,6 +98,12 @@ class PKSampler(Sampler[list[int]]):
         """Select the epoch's batches; Lightning calls this at the start of every epoch."""
         self.epoch = epoch
 
+    @property
+    def sampler(self) -> PKSampler:
+        """Itself: Lightning calls `set_epoch` on `dataloader.batch_sampler.sampler`, not on the
+        batch sampler, so without this every epoch would repeat epoch 0's batches."""
+        return self
+
     def __len__(self) -> int:
         return self._len
 

@@ -110,7 +110,8 @@ def test_query_gallery_validation_takes_one_query_per_identity_and_camera() -> N
     labels = [1, 1, 1, 1, 2, 2, 2, 3, 3, 4, 4, 4]
     cameras = [0, 0, 1, 1, 0, 0, 0, 0, 1, 2, 2, 3]
     train = Split(list(range(12)), labels, cameras)
-    _, val = carve_validation(train, 3, seed=0, protocol="query_gallery")
+    val = carve_validation(train, 3, seed=0, protocol="query_gallery")
+    assert sorted(set(val.train.labels)) == [0]  # the remaining class, relabelled
     pairs = list(zip(val.query.labels, val.query.cameras, strict=True))
     assert len(pairs) == len(set(pairs))  # one query per (identity, camera)
     assert 2 not in val.query.labels  # seen by one camera only: gallery
