@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from datamodules.base import Splits
+
 
 @dataclass(frozen=True)
 class DatasetInfo:
@@ -74,7 +76,15 @@ def read_rows(
     return rows
 
 
-def contiguous(labels: list[int]) -> list[int]:
-    """Labels mapped to 0..C-1 in increasing order of the original ids (training needs this)."""
-    index = {label: i for i, label in enumerate(sorted(set(labels)))}
-    return [index[label] for label in labels]
+def check_images_present(info: DatasetInfo, root: Path, splits: Splits) -> None:
+    """Raise unless the first image of every split exists: catches metadata without images.
+
+    A full scan of every file is `circlebench data verify`'s job; this costs a few stats.
+    """
+    for name, split in (
+        ("train", splits.train),
+        ("query", splits.query),
+        ("gallery", splits.gallery),
+    ):
+        if split is not None and len(split) and not Path(split.items[0]).is_file():
+            raise info.missing(root, f"the {name} images, e.g. {split.items[0]}")

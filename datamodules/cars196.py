@@ -9,11 +9,11 @@ class, ignoring their train/test flags, which are the classification split.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from datamodules._files import DatasetInfo, contiguous
+from datamodules._files import DatasetInfo, check_images_present
 from datamodules._mat import mat_variable, struct_field
-from datamodules.base import Split, Splits
+from datamodules.base import Protocol, RetrievalDataModule, Split, Splits, relabel
 
 INFO = DatasetInfo(
     name="cars196",
@@ -90,9 +90,36 @@ def cars196_splits(root: str | Path, train_classes: int = 98) -> Splits:
     train = [(root / name, label) for name, label in annotations if label <= train_classes]
     test = [(root / name, label) for name, label in annotations if label > train_classes]
     return Splits(
-        train=Split(
-            [str(p) for p, _ in train], contiguous([c for _, c in train]), [-1] * len(train)
-        ),
+        train=relabel(Split([str(p) for p, _ in train], [c for _, c in train], [-1] * len(train))),
         query=Split([str(p) for p, _ in test], [c - 1 for _, c in test], [-1] * len(test)),
         gallery=None,
     )
+
+
+class Cars196DataModule(RetrievalDataModule):
+    """Cars196, `same_set`: classes 1..`train_classes` train, the rest query = gallery.
+
+    Args:
+        train_classes: classes 1..N train, N+1..196 test; 98 is the official split.
+        **kwargs: the common arguments of `RetrievalDataModule` (p, k, image_size, ...).
+    """
+
+    dataset_name: ClassVar[str] = "cars196"
+    protocol: ClassVar[Protocol] = "same_set"
+    default_recall_ks: ClassVar[tuple[int, ...]] = (1, 2, 4, 8)
+    info: ClassVar[DatasetInfo] = INFO
+
+    def __init__(self, root: str | Path, train_classes: int = 98, **kwargs: Any) -> None:
+        super().__init__(root, **kwargs)
+        self.train_classes = train_classes
+
+    @property
+    def official_counts(self) -> dict[str, tuple[int, int]]:
+        """Official `(images, classes)` per split; empty for a non-official class split."""
+        return INFO.counts if self.train_classes == 98 else {}
+
+    def verify(self) -> None:
+        check_images_present(INFO, Path(self.root), self.load_splits())
+
+    def load_splits(self) -> Splits:
+        return cars196_splits(Path(self.root), self.train_classes)

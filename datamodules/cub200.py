@@ -7,9 +7,10 @@ the same classes and is ignored on purpose.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, ClassVar
 
-from datamodules._files import DatasetInfo, contiguous, read_rows, resolve_root
-from datamodules.base import Split, Splits
+from datamodules._files import DatasetInfo, check_images_present, read_rows, resolve_root
+from datamodules.base import Protocol, RetrievalDataModule, Split, Splits, relabel
 
 INFO = DatasetInfo(
     name="cub200",
@@ -55,11 +56,46 @@ def cub200_splits(root: str | Path, train_classes: int = 100) -> Splits:
     for image in sorted(paths, key=int):
         (train if classes[image] <= train_classes else test).append(image)
     images = root / "images"
-    train_labels = contiguous([classes[i] for i in train])
     return Splits(
-        train=Split([str(images / paths[i]) for i in train], train_labels, [-1] * len(train)),
+        train=relabel(
+            Split(
+                [str(images / paths[i]) for i in train],
+                [classes[i] for i in train],
+                [-1] * len(train),
+            )
+        ),
         query=Split(
             [str(images / paths[i]) for i in test], [classes[i] - 1 for i in test], [-1] * len(test)
         ),
         gallery=None,
     )
+
+
+class CUB200DataModule(RetrievalDataModule):
+    """CUB-200-2011, `same_set`: classes 1..`train_classes` train, the rest query = gallery.
+
+    Args:
+        train_classes: classes 1..N train, N+1..200 test; 100 is the official split, smaller
+            values split subsets (3 for classes 1–6, 25 for classes 1–50).
+        **kwargs: the common arguments of `RetrievalDataModule` (p, k, image_size, ...).
+    """
+
+    dataset_name: ClassVar[str] = "cub200"
+    protocol: ClassVar[Protocol] = "same_set"
+    default_recall_ks: ClassVar[tuple[int, ...]] = (1, 2, 4, 8)
+    info: ClassVar[DatasetInfo] = INFO
+
+    def __init__(self, root: str | Path, train_classes: int = 100, **kwargs: Any) -> None:
+        super().__init__(root, **kwargs)
+        self.train_classes = train_classes
+
+    @property
+    def official_counts(self) -> dict[str, tuple[int, int]]:
+        """Official `(images, classes)` per split; empty for a non-official class split."""
+        return INFO.counts if self.train_classes == 100 else {}
+
+    def verify(self) -> None:
+        check_images_present(INFO, Path(self.root), self.load_splits())
+
+    def load_splits(self) -> Splits:
+        return cub200_splits(Path(self.root), self.train_classes)

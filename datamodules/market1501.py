@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any, ClassVar
 
-from datamodules._files import DatasetInfo, contiguous, resolve_root
-from datamodules.base import Split, Splits
+from datamodules._files import DatasetInfo, check_images_present, resolve_root
+from datamodules.base import ImageSize, Protocol, RetrievalDataModule, Split, Splits, relabel
 
 INFO = DatasetInfo(
     name="market1501",
@@ -58,7 +59,30 @@ def market1501_splits(root: str | Path) -> Splits:
             raise INFO.missing(root, "bounding_box_train/, query/ and bounding_box_test/")
     train, query, gallery = (_read_folder(root / folder) for folder in FOLDERS.values())
     return Splits(
-        train=Split(train[0], contiguous(train[1]), train[2]),
+        train=relabel(Split(*train)),
         query=Split(*query),
         gallery=Split(*gallery),
     )
+
+
+class Market1501DataModule(RetrievalDataModule):
+    """Market-1501, `query_gallery`: re-ID ranks 1, 5, 10 and mAP; images 256×128 by default.
+
+    Args:
+        **kwargs: the common arguments of `RetrievalDataModule` (p, k, num_workers, ...).
+    """
+
+    dataset_name: ClassVar[str] = "market1501"
+    protocol: ClassVar[Protocol] = "query_gallery"
+    default_recall_ks: ClassVar[tuple[int, ...]] = (1, 5, 10)
+    info: ClassVar[DatasetInfo] = INFO
+    official_counts: ClassVar[dict[str, tuple[int, int]]] = INFO.counts
+
+    def __init__(self, root: str | Path, image_size: ImageSize = (256, 128), **kwargs: Any) -> None:
+        super().__init__(root, image_size=image_size, **kwargs)
+
+    def verify(self) -> None:
+        check_images_present(INFO, Path(self.root), self.load_splits())
+
+    def load_splits(self) -> Splits:
+        return market1501_splits(Path(self.root))

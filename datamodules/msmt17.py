@@ -8,10 +8,10 @@ in `train/` and `test/`; V2 (faces masked) in `mask_train_v2/` and `mask_test_v2
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from datamodules._files import DatasetInfo, contiguous, read_rows, resolve_root
-from datamodules.base import Split, Splits
+from datamodules._files import DatasetInfo, check_images_present, read_rows, resolve_root
+from datamodules.base import ImageSize, Protocol, RetrievalDataModule, Split, Splits, relabel
 
 INFO = DatasetInfo(
     name="msmt17",
@@ -31,7 +31,6 @@ IMAGE_DIRS: dict[Version, tuple[str, str]] = {
     "V1": ("train", "test"),
     "V2": ("mask_train_v2", "mask_test_v2"),
 }
-VAL_COUNT = 2373  # official list_val.txt lines; with include_val train has 32,621 images
 
 
 def msmt17_version(root: Path) -> Version:
@@ -72,17 +71,54 @@ def msmt17_splits(root: str | Path, include_val: bool = False) -> Splits:
     Reads the list files only, so it works where the images are absent.
     """
     root = resolve_root(root, "list_train.txt", ["MSMT17_V1", "MSMT17_V2"])
-    train_dir, test_dir = (_image_dir(root, d) for d in IMAGE_DIRS[msmt17_version(root)])
     lists = ["list_train.txt", "list_query.txt", "list_gallery.txt"]
     for name in [*lists, "list_val.txt"] if include_val else lists:
         if not (root / name).is_file():
             raise INFO.missing(root, name)
+    train_dir, test_dir = (_image_dir(root, d) for d in IMAGE_DIRS[msmt17_version(root)])
     items, ids, cameras = _read_list(root, "list_train.txt", train_dir)
     if include_val:  # the val images sit in the training folder, with training identities
         val = _read_list(root, "list_val.txt", train_dir)
         items, ids, cameras = items + val[0], ids + val[1], cameras + val[2]
     return Splits(
-        train=Split(items, contiguous(ids), cameras),
+        train=relabel(Split(items, ids, cameras)),
         query=Split(*_read_list(root, "list_query.txt", test_dir)),
         gallery=Split(*_read_list(root, "list_gallery.txt", test_dir)),
     )
+
+
+class MSMT17DataModule(RetrievalDataModule):
+    """MSMT17 V1 or V2, `query_gallery`: re-ID ranks 1, 5, 10 and mAP; 256×128 by default.
+
+    Args:
+        include_val: train on `list_train.txt` + `list_val.txt` (32,621 images) instead of
+            `list_train.txt` alone (30,248). Papers differ, so results rows record it.
+        **kwargs: the common arguments of `RetrievalDataModule` (p, k, num_workers, ...).
+    """
+
+    dataset_name: ClassVar[str] = "msmt17"
+    protocol: ClassVar[Protocol] = "query_gallery"
+    default_recall_ks: ClassVar[tuple[int, ...]] = (1, 5, 10)
+    info: ClassVar[DatasetInfo] = INFO
+
+    def __init__(
+        self,
+        root: str | Path,
+        include_val: bool = False,
+        image_size: ImageSize = (256, 128),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(root, image_size=image_size, **kwargs)
+        self.include_val = include_val
+
+    @property
+    def official_counts(self) -> dict[str, tuple[int, int]]:
+        """Official `(images, identities)` per split under this `include_val`."""
+        return {**INFO.counts, "train": (32621, 1041)} if self.include_val else INFO.counts
+
+    def verify(self) -> None:
+        root = resolve_root(Path(self.root), "list_train.txt", ["MSMT17_V1", "MSMT17_V2"])
+        check_images_present(INFO, root, self.load_splits())
+
+    def load_splits(self) -> Splits:
+        return msmt17_splits(Path(self.root), self.include_val)

@@ -7,9 +7,10 @@ images are grayscale (the image Dataset converts every image to RGB).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, ClassVar
 
-from datamodules._files import DatasetInfo, contiguous, read_rows, resolve_root
-from datamodules.base import Split, Splits
+from datamodules._files import DatasetInfo, check_images_present, read_rows, resolve_root
+from datamodules.base import Protocol, RetrievalDataModule, Split, Splits, relabel
 
 INFO = DatasetInfo(
     name="sop",
@@ -46,7 +47,31 @@ def sop_splits(root: str | Path) -> Splits:
     train_items, train_classes = _read_list(root, "Ebay_train.txt")
     test_items, test_classes = _read_list(root, "Ebay_test.txt")
     return Splits(
-        train=Split(train_items, contiguous(train_classes), [-1] * len(train_items)),
+        train=relabel(Split(train_items, train_classes, [-1] * len(train_items))),
         query=Split(test_items, test_classes, [-1] * len(test_items)),
         gallery=None,
     )
+
+
+class SOPDataModule(RetrievalDataModule):
+    """Stanford Online Products, `same_set`: `Ebay_train.txt` train, `Ebay_test.txt` query.
+
+    Args:
+        **kwargs: the common arguments of `RetrievalDataModule` (p, k, image_size, ...). Most
+            products have 2–12 images, so K > 2 repeats images (PKSampler's `small_classes`).
+    """
+
+    dataset_name: ClassVar[str] = "sop"
+    protocol: ClassVar[Protocol] = "same_set"
+    default_recall_ks: ClassVar[tuple[int, ...]] = (1, 10, 100, 1000)
+    info: ClassVar[DatasetInfo] = INFO
+    official_counts: ClassVar[dict[str, tuple[int, int]]] = INFO.counts
+
+    def __init__(self, root: str | Path, **kwargs: Any) -> None:
+        super().__init__(root, **kwargs)
+
+    def verify(self) -> None:
+        check_images_present(INFO, Path(self.root), self.load_splits())
+
+    def load_splits(self) -> Splits:
+        return sop_splits(Path(self.root))
