@@ -104,11 +104,11 @@ def test_resumed_training_and_test_from_checkpoint_reproduce_the_metrics(tmp_pat
     short = ["--data.init_args.batches_per_epoch=2"]
     straight = circlebench(tmp_path / "a", "fit", config, *short, "--trainer.max_epochs=2")[0]
     circlebench(tmp_path / "b", "fit", config, *short, "--trainer.max_epochs=1")
-    (first_half,) = (tmp_path / "b" / "runs").rglob("*.ckpt")
+    (first_half,) = (tmp_path / "b" / "runs").rglob("last.ckpt")
     resumed = circlebench(
         tmp_path / "b", "fit", config, *short, "--trainer.max_epochs=2", f"--ckpt_path={first_half}"
     )[-1]
-    (final,) = (tmp_path / "a" / "runs").rglob("*.ckpt")
+    (final,) = (tmp_path / "a" / "runs").rglob("last.ckpt")
     tested = circlebench(tmp_path / "a", "test", config, *short, f"--ckpt_path={final}")[-1]
     metrics = ("R@1", "R@2", "R@4", "R@8", "mAP", "MAP@R", "R-Precision")
     assert [resumed[m] for m in metrics] == [straight[m] for m in metrics]
@@ -117,6 +117,18 @@ def test_resumed_training_and_test_from_checkpoint_reproduce_the_metrics(tmp_pat
     metrics_csv = Path(straight["run_dir"]) / "metrics.csv"
     header = metrics_csv.read_text().splitlines()[0].split(",")
     assert {"train/loss", "train/sp_mean", "train/sn_mean", "train/active_fraction"} <= set(header)
+
+
+def test_a_validation_split_selects_the_checkpoint_the_test_set_evaluates(tmp_path) -> None:
+    config = EXPERIMENTS / "synthetic" / "fine_grained" / "circle.yaml"
+    (row,) = circlebench(
+        tmp_path, "fit", config, "--data.init_args.val_classes=10",
+        "--data.init_args.batches_per_epoch=1", "--trainer.max_epochs=2",
+    )  # fmt: skip
+    run_dir = Path(row["run_dir"])
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
+    header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert "val/R@1" in header and "test/R@1" in header
 
 
 def test_wandb_runs_offline_without_an_account(tmp_path, monkeypatch) -> None:
