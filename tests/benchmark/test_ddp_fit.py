@@ -19,6 +19,9 @@ TINY = [
     "--data.init_args.images_per_class=8",
     "--data.init_args.num_test_classes=13",  # 104 images: eval batches split unevenly
     "--data.init_args.eval_batch_size=16",
+    # 2 validation ids: one batch per validation set, so rank 1 embeds none and still gathers
+    "--data.init_args.val_classes=2",
+    "--model.loss.init_args.source.init_args.num_classes=38",
     "--data.init_args.batches_per_epoch=2",
     "--trainer.max_epochs=1",
     "--trainer.enable_progress_bar=false",
@@ -50,6 +53,8 @@ def test_two_process_ddp_fit_writes_one_row_with_the_single_process_metrics(tmp_
     )
     assert "GLOBAL_RANK: 1, MEMBER: 2/2" in output
     assert len(rows) == 1  # rank 0 alone writes
+    metrics_csv = Path(rows[0]["run_dir"]) / "metrics.csv"
+    assert "val/R@1" in metrics_csv.read_text().splitlines()[0]
     (checkpoint,) = (tmp_path / "runs").rglob("last.ckpt")
     single = circlebench(tmp_path, "test", f"--ckpt_path={checkpoint}")[0][-1]
     for metric in METRICS:  # gathered from both ranks, each test image exactly once
