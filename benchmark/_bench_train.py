@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -138,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=8, help="timed steps")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     args = parser.parse_args(argv)
+    sys.argv = sys.argv[:1]  # the CLI below gets its arguments explicitly
     torch.manual_seed(0)
     cpu_config(args.config, args.steps, args.warmup)
     if torch.cuda.is_available():
