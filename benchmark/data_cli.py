@@ -90,7 +90,7 @@ def _unreadable(path: str) -> str:
             image.load()
     except FileNotFoundError:
         return "missing"
-    except Exception as error:
+    except Exception as error:  # any decoder failure (OSError, SyntaxError, ...) is the finding
         return f"{type(error).__name__}: {error}"
     return ""
 
@@ -101,7 +101,7 @@ def _check_files(split: Split, decode: bool) -> tuple[list[str], list[str]]:
     if not decode:
         return [p for p in paths if not Path(p).is_file()], []
     with ThreadPoolExecutor() as pool:  # PIL decodes without the GIL
-        reasons = list(pool.map(_unreadable, paths, chunksize=64))
+        reasons = list(pool.map(_unreadable, paths))
     missing = [p for p, why in zip(paths, reasons, strict=True) if why == "missing"]
     bad = [
         f"{p}: {why}" for p, why in zip(paths, reasons, strict=True) if why not in ("", "missing")

@@ -119,3 +119,15 @@ def test_unknown_dataset_lists_the_choices() -> None:
         KeyError, match=r"unknown dataset 'cub'; choose one of \['cars196', 'cub200'"
     ):
         datamodule_class("cub")
+
+
+def test_config_reaches_dataset_and_common_arguments() -> None:
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser()
+    parser.add_subclass_arguments(RetrievalDataModule, "data")
+    argv = ["--data=MSMT17DataModule", "--data.init_args.root=r", "--data.init_args.p=4"]
+    config = parser.parse_args([*argv, "--data.init_args.include_val=true"]).data
+    assert config.class_path == "datamodules.MSMT17DataModule"
+    assert (config.init_args.include_val, config.init_args.p) == (True, 4)
+    assert config.init_args.image_size == (256, 128)
