@@ -9,7 +9,7 @@ the block type (the first block has no expansion convolution).
 The weights come from TensorFlow's EfficientNet-Lite, which normalises input as (x - 127) / 128
 in 0-255 units (mean = std = 0.5 in [0, 1] units, not timm's ImageNet mean/std) and uses
 BatchNorm eps 1e-3 (timm's efficientnet_lite0 default is 1e-5); the embedder uses both. On the
-60 CUB photos of the first 30 images of classes 001-002 (224 px centre crops) the ImageNet class
+first 30 CUB photos of each of classes 001 and 002 (224 px centre crops) the ImageNet class
 "albatross" (146) then wins 96.7 % of top-1 with mean probability 0.79; with timm's ImageNet
 mean/std it is 76.7 % and 0.51. `tf_efficientnet_lite0` (TF "same" padding) takes the same file
 and reaches 98.3 % and 0.84.

