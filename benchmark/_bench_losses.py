@@ -214,6 +214,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCHES))
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--only", default="", help="run the cases whose name contains this")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     load = os.getloadavg()[0]  # other processes on the machine skew both columns
@@ -244,6 +245,7 @@ def main(argv: list[str] | None = None) -> None:
                 _step(module, x, partial(module, x, labels)),
                 _step(module, x, partial(plain, module, x, labels)),
                 repeat=repeat,
+                rounds=args.rounds,
             )
             print(
                 f"{name:<26}{len(labels):>6}{ours_s * 1e3:>10.3f}{plain_s * 1e3:>10.3f}"
