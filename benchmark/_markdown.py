@@ -36,7 +36,7 @@ def paper_value(
 
 
 def format_params(loss_params: str) -> str:
-    """`{"m": 0.4, "gamma": 80}` → `m=0.4, gamma=80` (nested sources shown by class name)."""
+    """`{"m": 0.4, "gamma": 80}` → `m=0.4, gamma=80`; sources by class name, no None."""
     try:
         params = json.loads(loss_params) if loss_params else {}
     except json.JSONDecodeError:
@@ -45,6 +45,8 @@ def format_params(loss_params: str) -> str:
         return str(params)
     parts = []
     for key, value in params.items():
+        if value is None:
+            continue
         if isinstance(value, dict):  # a class_path/init_args block, e.g. the similarity source
             value = str(value.get("class_path", value)).rsplit(".", 1)[-1]
         parts.append(f"{key}={value}")
@@ -92,7 +94,9 @@ def _group_table(
 ) -> list[str]:
     shared = [c for c in _SHARED if c in rows and rows[c].nunique() == 1 and rows[c].iloc[0]]
     varying = [c for c in _SHARED if c in rows and rows[c].nunique() > 1]
-    facts = ", ".join(f"{c} `{rows[c].iloc[0]}`" for c in shared)
+    facts = ", ".join(f"{c} `{rows[c].iloc[0]}`" for c in shared if c not in ("p", "k"))
+    if "p" in shared and "k" in shared:
+        facts += f", P×K `{rows['p'].iloc[0]}×{rows['k'].iloc[0]}`"
     metrics = [m for m in metric_columns([c[:-5] for c in rows if c.endswith("_mean")])]
     metrics = [m for m in metrics if rows[f"{m}_mean"].notna().any()]
     head = ["loss", "labels", "params", *varying, "seeds", *metrics, "s/run"]

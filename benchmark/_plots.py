@@ -125,7 +125,8 @@ def similarity_scatter_plot(runs: pd.DataFrame, path: Path) -> Path | None:
             ax.legend(fontsize="small", loc="lower right")
         else:
             ax.plot([-1, 1], [-1, 1], "k:", linewidth=1)
-        ax.set(xlim=(-1, 1), ylim=(-1, 1), aspect="equal", title=_label(name))
+        low = min(0.0, float(np.min(sn)), float(np.min(sp))) - 0.05  # cosines: at most 1
+        ax.set(xlim=(low, 1.02), ylim=(low, 1.02), aspect="equal", title=_label(name))
         ax.set(xlabel="s_n (highest negative)", ylabel="s_p (lowest positive)")
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,32 +28,41 @@ class CellFailedError(RuntimeError):
     """A cell's `fit` exited with an error; its log file says why."""
 
 
-# (fit arguments, log file) -> None; raises CellFailedError.
-CellRunner = Callable[[list[str], Path], None]
+# (fit arguments, log file, CPU threads or None for torch's default) -> None;
+# raises CellFailedError.
+CellRunner = Callable[[list[str], Path, "int | None"], None]
 
 
-def subprocess_runner(args: list[str], log: Path) -> None:
+def subprocess_runner(args: list[str], log: Path, threads: int | None) -> None:
     """Run `python -m benchmark.cli <args>` in a fresh interpreter (no state shared by cells)."""
+    env = dict(os.environ)
+    if threads is not None:  # read by torch's OpenMP and MKL pools when they start
+        env |= {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     with log.open("w") as out:
-        done = subprocess.run(
-            [sys.executable, "-m", "benchmark.cli", *args], stdout=out, stderr=subprocess.STDOUT
-        )
+        command = [sys.executable, "-m", "benchmark.cli", *args]
+        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     if done.returncode != 0:
         raise CellFailedError(f"exit status {done.returncode}")
 
 
-def in_process_runner(args: list[str], log: Path) -> None:
+def in_process_runner(args: list[str], log: Path, threads: int | None) -> None:
     """Call `benchmark.cli.main(args)` in this interpreter, its output sent to `log`."""
+    import torch
+
     from benchmark.cli import main as cli_main
 
+    default_threads = torch.get_num_threads()
     with log.open("w") as out, _redirect_fds(out.fileno()):
         try:
+            torch.set_num_threads(threads or default_threads)
             cli_main(args)
         except SystemExit as exit_:
             if exit_.code not in (None, 0):
                 raise CellFailedError(f"exit status {exit_.code}") from exit_
         except Exception as error:
             raise CellFailedError(f"{type(error).__name__}: {error}") from error
+        finally:
+            torch.set_num_threads(default_threads)
 
 
 @contextlib.contextmanager
@@ -90,8 +99,8 @@ class RunSummary:
     failed: dict[str, str] = field(default_factory=dict)
 
 
-def fit_args(cell: Cell, rows_csv: Path, run_root: Path) -> list[str]:
-    """The `circlebench fit` command line of one cell."""
+def fit_args(cell: Cell, rows_csv: Path, run_root: Path, *, wandb: bool = True) -> list[str]:
+    """The `circlebench fit` command line of one cell; its run folder goes under `run_root`."""
     return [
         "fit",
         "--config",
@@ -102,26 +111,37 @@ def fit_args(cell: Cell, rows_csv: Path, run_root: Path) -> list[str]:
         str(rows_csv),
         "--cell_id",
         cell.cell_id,
-        f"--trainer.default_root_dir={run_root / cell.cell_id}",
+        f"--trainer.default_root_dir={run_root}",
+        f"--wandb={str(wandb).lower()}",
         *cell.overrides,
     ]
 
 
+@dataclass(frozen=True)
+class CellSettings:
+    """How every cell of one suite run is run and where it writes."""
+
+    rows_csv: Path
+    work_dir: Path
+    runner: CellRunner
+    wandb: bool = True
+    threads: int | None = None
+
+
 def run_cells(
-    cells: list[Cell],
-    *,
-    rows_csv: Path,
-    work_dir: Path,
-    root: Path,
-    runner: CellRunner,
-    console: Console,
+    cells: list[Cell], settings: CellSettings, *, root: Path, console: Console, jobs: int = 1
 ) -> RunSummary:
-    """Run every unfinished cell whose data is present; never stops at a failing cell."""
+    """Run every unfinished cell whose data is present; never stops at a failing cell.
+
+    Args:
+        jobs: cells run at once (each with the suite's threads); 1 runs them one after another.
+    """
     summary = RunSummary()
-    done = set(read_rows(rows_csv)["cell_id"])
+    done = set(read_rows(settings.rows_csv)["cell_id"])
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task("cells", total=len(cells))
+        todo = []
         for cell in cells:
             missing = cell.group.missing_data(root)
             if cell.cell_id in done:
@@ -130,30 +150,30 @@ def run_cells(
                 summary.skipped[cell.experiment] = f"data absent: {missing}"
                 progress.console.print(f"[yellow]skip[/] {cell.cell_id}: {missing} is absent")
             else:
-                progress.update(task, description=cell.cell_id)
-                _run_one(cell, rows_csv, work_dir, runner, summary, progress.console)
+                todo.append(cell)
+                continue
             progress.advance(task)
+
+        def run(cell: Cell) -> None:
+            progress.update(task, description=cell.cell_id)
+            _run_one(cell, settings, summary, progress.console)
+            progress.advance(task)
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:  # threads only wait on processes
+            list(pool.map(run, todo))
         progress.update(task, description="cells")
     return summary
 
 
-def _run_one(
-    cell: Cell,
-    rows_csv: Path,
-    work_dir: Path,
-    runner: CellRunner,
-    summary: RunSummary,
-    console: Console,
-) -> None:
-    log = work_dir / "logs" / f"{cell.cell_id.replace('/', '__')}.log"
+def _run_one(cell: Cell, settings: CellSettings, summary: RunSummary, console: Console) -> None:
+    log = settings.work_dir / "logs" / f"{cell.cell_id.replace('/', '__')}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    # A cell without a row never finished: its run folder holds a partial log, not this run's.
-    shutil.rmtree(work_dir / "runs" / cell.cell_id, ignore_errors=True)
+    args = fit_args(cell, settings.rows_csv, settings.work_dir / "runs", wandb=settings.wandb)
     start = time.perf_counter()
     try:
-        runner(fit_args(cell, rows_csv, work_dir / "runs"), log)
-        if cell.cell_id not in set(read_rows(rows_csv)["cell_id"]):
-            raise CellFailedError(f"fit finished but wrote no row to {rows_csv}")
+        settings.runner(args, log, settings.threads)
+        if cell.cell_id not in set(read_rows(settings.rows_csv)["cell_id"]):
+            raise CellFailedError(f"fit finished but wrote no row to {settings.rows_csv}")
     except CellFailedError as error:
         summary.failed[cell.cell_id] = f"{error}; log: {log}"
         tail = log.read_text(errors="replace").splitlines()[-15:] if log.is_file() else []

@@ -6,10 +6,13 @@ A suite is a grid of experiment configs × seeds, grouped by the data they train
 seeds: [0, 1]                       # every cell runs once per seed
 overrides: [--trainer.max_epochs=3] # appended to every cell's `circlebench fit` command line
 output: .                           # leaderboard files go to <results-dir>/<output>
+threads: 1                          # optional: CPU threads per cell (results depend on it)
 groups:
   synthetic_fine_grained:           # group name: a heading of the leaderboard
     configs: experiments/synthetic/*.yaml   # a glob or a list of paths (repository-relative)
     overrides: [--data.init_args.mode=fine_grained]   # appended after the suite's
+    config_overrides:               # optional: appended for one config, by file stem
+      softmax: [--model.loss.init_args.num_classes=25]
     requires: ../shared/data/cub200 # optional: cells are skipped, with a reason, when absent
     paper_dataset: cub200           # optional: compare with this dataset's paper numbers
 ```
@@ -26,8 +29,8 @@ from pathlib import Path
 import yaml
 
 SUITES_DIR = Path("experiments/suites")
-_SUITE_KEYS = {"description", "seeds", "overrides", "output", "groups"}
-_GROUP_KEYS = {"configs", "overrides", "requires", "paper_dataset"}
+_SUITE_KEYS = {"description", "seeds", "overrides", "output", "threads", "groups"}
+_GROUP_KEYS = {"configs", "overrides", "config_overrides", "requires", "paper_dataset"}
 
 
 @dataclass(frozen=True)
@@ -37,8 +40,13 @@ class Group:
     name: str
     configs: tuple[Path, ...]
     overrides: tuple[str, ...]
+    config_overrides: dict[str, tuple[str, ...]]
     requires: Path | None
     paper_dataset: str | None
+
+    def overrides_for(self, config: Path) -> tuple[str, ...]:
+        """The group's overrides, then those of this config."""
+        return (*self.overrides, *self.config_overrides.get(config.stem, ()))
 
     def missing_data(self, root: Path) -> Path | None:
         """The required path (resolved against `root`) when it is absent, else None."""
@@ -75,12 +83,13 @@ class Suite:
     seeds: tuple[int, ...]
     overrides: tuple[str, ...]
     output: Path
+    threads: int | None
     groups: tuple[Group, ...]
 
     def cells(self) -> list[Cell]:
         """Every cell, group by group, config by config, seed by seed."""
         return [
-            Cell(group, config, seed, (*self.overrides, *group.overrides))
+            Cell(group, config, seed, (*self.overrides, *group.overrides_for(config)))
             for group in self.groups
             for config in group.configs
             for seed in self.seeds
@@ -120,8 +129,11 @@ def load_suite(name: str, root: Path = Path("."), seeds: list[int] | None = None
         seeds=tuple(chosen),
         overrides=_strings(spec.get("overrides", []), f"{path}: overrides"),
         output=Path(spec.get("output", f"suites/{name}")),
+        threads=spec.get("threads"),
         groups=groups,
     )
+    if suite.threads is not None and (not isinstance(suite.threads, int) or suite.threads < 1):
+        raise ValueError(f"{path}: threads must be a positive integer, got {suite.threads!r}")
     ids = [cell.cell_id for cell in suite.cells()]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
@@ -145,11 +157,22 @@ def _group(name: str, spec: dict, root: Path, path: Path) -> Group:
         if not matches:
             raise FileNotFoundError(f"{where}: no config matches {pattern!r} under {root}")
         configs += [m.relative_to(root) for m in matches]
+    per_config = spec.get("config_overrides") or {}
+    unknown = sorted(set(per_config) - {c.stem for c in configs})
+    if unknown:
+        raise ValueError(
+            f"{where}: config_overrides names {unknown}, which are not among its configs "
+            f"{sorted(c.stem for c in configs)}"
+        )
     requires = spec.get("requires")
     return Group(
         name=name,
         configs=tuple(configs),
         overrides=_strings(spec.get("overrides", []), f"{where}: overrides"),
+        config_overrides={
+            stem: _strings(value, f"{where}: config_overrides.{stem}")
+            for stem, value in per_config.items()
+        },
         requires=Path(requires) if requires else None,
         paper_dataset=spec.get("paper_dataset"),
     )

@@ -24,6 +24,7 @@ from benchmark._markdown import leaderboard_markdown, read_paper_reference
 from benchmark._plots import write_plots
 from benchmark._runner import (
     CellRunner,
+    CellSettings,
     RunSummary,
     in_process_runner,
     run_cells,
@@ -60,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--fold-only", action="store_true", help="run nothing; fold the rows already there"
     )
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="cells run at once (subprocess isolation only; each uses the suite's threads)",
+    )
+    parser.add_argument(
         "--isolation",
         choices=sorted(RUNNERS),
         default="subprocess",
@@ -72,39 +79,59 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of `circlebench leaderboard`."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.jobs < 1 or (args.jobs > 1 and args.isolation != "subprocess"):
+        parser.error(f"--jobs must be 1, or more with --isolation subprocess; got {args.jobs}")
     try:
         suite = load_suite(args.suite, Path("."), args.seeds)
     except (KeyError, ValueError, FileNotFoundError) as error:
         parser.error(str(error.args[0]))
-    if args.no_wandb:
-        os.environ["WANDB_MODE"] = "disabled"  # inherited by the cells' W&B loggers
     console = terminal_console()
     runner = RUNNERS[args.isolation]
     if args.check:
-        check(suite, args.results_dir, args.tolerance, runner, console)
+        check(suite, args.results_dir, args.tolerance, runner, console, args.jobs)
         return
-    board, summary = build(suite, args.results_dir, runner, console, run=not args.fold_only)
+    board, summary = build(
+        suite,
+        args.results_dir,
+        runner,
+        console,
+        run=not args.fold_only,
+        wandb=not args.no_wandb,
+        jobs=args.jobs,
+    )
     if not args.no_wandb:
         log_wandb_table(board, suite, args.results_dir / "suites" / suite.name, console)
     _finish(summary, console)
 
 
 def build(
-    suite: Suite, results_dir: Path, runner: CellRunner, console: Console, *, run: bool = True
+    suite: Suite,
+    results_dir: Path,
+    runner: CellRunner,
+    console: Console,
+    *,
+    run: bool = True,
+    wandb: bool = True,
+    jobs: int = 1,
 ) -> tuple[pd.DataFrame, RunSummary]:
-    """Run the suite's unfinished cells (unless `run` is False) and write its leaderboard files."""
+    """Run the suite's unfinished cells (unless `run` is False) and write its leaderboard files.
+
+    Args:
+        wandb: whether the cells log to W&B (offline unless configured).
+        jobs: how many cells run at once.
+    """
     work = results_dir / "suites" / suite.name
     rows_csv = work / "rows.csv"
     summary = RunSummary()
     if run:
-        summary = run_cells(
-            suite.cells(), rows_csv=rows_csv, work_dir=work, root=Path("."), runner=runner,
-            console=console,
-        )  # fmt: skip
+        settings = CellSettings(rows_csv, work, runner, wandb=wandb, threads=suite.threads)
+        summary = run_cells(suite.cells(), settings, root=Path("."), console=console, jobs=jobs)
     rows = read_rows(rows_csv)
     rows = rows[rows["cell_id"].isin({cell.cell_id for cell in suite.cells()})]
     out = results_dir / suite.output
-    board = fold_rows(rows)
+    order = {cell.experiment: i for i, cell in enumerate(suite.cells())}
+    board = fold_rows(rows)  # rows are in the order cells finished; the suite's order reads better
+    board = board.sort_values("experiment", key=lambda s: s.map(order)) if len(board) else board
     if board.empty:
         console.print(f"no rows for suite {suite.name!r} in {rows_csv}; nothing to fold")
         return board, summary
@@ -127,7 +154,12 @@ def build(
 
 
 def check(
-    suite: Suite, results_dir: Path, tolerance: float, runner: CellRunner, console: Console
+    suite: Suite,
+    results_dir: Path,
+    tolerance: float,
+    runner: CellRunner,
+    console: Console,
+    jobs: int = 1,
 ) -> None:
     """Regenerate the suite in a temporary folder and compare with the committed leaderboard."""
     committed_csv = results_dir / suite.output / "leaderboard.csv"
@@ -137,7 +169,7 @@ def check(
             f"`circlebench leaderboard --suite {suite.name}` and commit its files first"
         )
     scratch = Path(tempfile.mkdtemp(prefix=f"circlebench-check-{suite.name}-"))
-    _, summary = build(suite, scratch, runner, console)
+    _, summary = build(suite, scratch, runner, console, wandb=False, jobs=jobs)  # logs nothing
     fresh_csv = scratch / suite.output / "leaderboard.csv"
     committed = read_leaderboard(committed_csv)
     fresh = read_leaderboard(fresh_csv) if fresh_csv.is_file() else committed[:0]

@@ -6,6 +6,7 @@ import csv
 import itertools
 import json
 import math
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,8 @@ SETTINGS |= {"image_size": "32x32", "p": "4", "k": "4", "epochs": "2", "include_
 
 
 def row(cell_id: str, seed: int, r1: float, *, loss: str = "CircleLoss", **extra) -> dict:
-    params = json.dumps({"m": 0.4, "gamma": 80} if loss == "CircleLoss" else {"margin": 0.1})
+    circle = {"m": 0.4, "gamma": 80, "source": None}
+    params = json.dumps(circle if loss == "CircleLoss" else {"margin": 0.1})
     metrics = {"R@1": r1, "R@2": r1 + 10, "mAP": r1 / 2, "wall_time_s": 3.0, "run_dir": ""}
     names = {"cell_id": cell_id, "loss": loss, "loss_params": params, "seed": str(seed)}
     return {**names, **SETTINGS, **metrics, **extra}
@@ -90,7 +92,7 @@ def test_markdown_shows_paper_numbers_only_for_declared_datasets() -> None:
     )
     assert "| CircleLoss | pair-wise | m=0.4, gamma=80 | 3 | 63.00 ± 8.96 (paper 66.7) |" in text
     assert "| TripletLoss | pair-wise | margin=0.1 | 1 | 50.00 | 60.00 |" in text
-    assert "backbone `efficientnet_lite0`" in text
+    assert "backbone `efficientnet_lite0`" in text and "P×K `4×4`" in text
     plain = leaderboard_markdown(board, title="T", description="", paper=paper, paper_datasets={})
     assert "paper 66.7" not in plain
 
@@ -145,10 +147,17 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def fake_fit(calls: list[list[str]]):
     """A cell runner that writes what `fit` writes: a row, metrics.csv and similarities.npz."""
 
-    def run(args: list[str], log: Path) -> None:
+    lock = threading.Lock()  # `--jobs 2` runs two cells at once
+
+    def run(args: list[str], log: Path, threads: int | None) -> None:
+        with lock:
+            write(args)
+
+    def write(args: list[str]) -> None:
         calls.append(args)
         value = dict(itertools.pairwise(args))
-        run_dir = Path(next(a for a in args if a.startswith("--trainer.default_root_dir="))[27:])
+        root = Path(next(a for a in args if a.startswith("--trainer.default_root_dir="))[27:])
+        run_dir = root / value["--cell_id"] / str(len(calls))  # a fresh folder per run, as fit
         run_dir.mkdir(parents=True)
         steps = np.arange(20)
         log_frame = pd.DataFrame({"step": steps, "train/sp_mean": 0.5 + steps / 50})
@@ -178,6 +187,12 @@ def test_suite_cells_expand_globs_and_seeds(project: Path) -> None:
     ]  # fmt: skip
     assert suite.cells()[0].overrides == ("--trainer.max_epochs=2",)
     assert [c.seed for c in load_suite("t", project, seeds=[7]).cells()] == [7, 7, 7]
+    (project / "experiments/suites/u.yaml").write_text(
+        "overrides: [--a=1]\ngroups:\n  syn:\n    configs: experiments/syn/*.yaml\n"
+        "    overrides: [--b=2]\n    config_overrides: {triplet: [--c=3]}\n"
+    )
+    overrides = [c.overrides for c in load_suite("u", project).cells()]
+    assert overrides == [("--a=1", "--b=2"), ("--a=1", "--b=2", "--c=3")]
 
 
 def test_suite_errors_name_the_problem(project: Path, capsys: pytest.CaptureFixture) -> None:
@@ -186,12 +201,20 @@ def test_suite_errors_name_the_problem(project: Path, capsys: pytest.CaptureFixt
     with pytest.raises(SystemExit):
         leaderboard.main(["--suite", "nope"])
     assert "choose one of ['t']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        leaderboard.main(["--suite", "t", "--jobs", "2", "--isolation", "in-process"])
+    assert "--jobs must be 1, or more with --isolation subprocess" in capsys.readouterr().err
     suite_file = project / "experiments/suites/t.yaml"
     suite_file.write_text("groups:\n  syn: {configs: experiments/syn/*.yml}\n")
     with pytest.raises(FileNotFoundError, match=r"no config matches 'experiments/syn/\*.yml'"):
         load_suite("t", project)
     suite_file.write_text("epochs: 3\ngroups:\n  syn: {configs: experiments/syn/*.yaml}\n")
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['epochs'\]"):
+        load_suite("t", project)
+    suite_file.write_text(
+        "groups:\n  syn: {configs: experiments/syn/*.yaml, config_overrides: {circel: []}}\n"
+    )
+    with pytest.raises(ValueError, match=r"names \['circel'\], which are not among its configs"):
         load_suite("t", project)
 
 
@@ -204,7 +227,7 @@ def test_suite_runs_once_then_resumes(project: Path, monkeypatch: pytest.MonkeyP
     ]  # fmt: skip
     # the `cub` group needs ../absent_data, so it was skipped
     assert calls[0][:3] == ["fit", "--config", "experiments/syn/circle.yaml"]
-    assert calls[0][-1] == "--trainer.max_epochs=2"
+    assert calls[0][-2:] == ["--wandb=false", "--trainer.max_epochs=2"]
     board = read_leaderboard(project / "results/suites/t/leaderboard.csv")
     assert list(board["experiment"]) == ["syn/circle", "syn/triplet"]
     assert board["R@1_mean"].tolist() == [50.5, 50.5]
@@ -223,7 +246,7 @@ def test_check_regenerates_and_compares(project: Path, monkeypatch: pytest.Monke
     calls: list[list[str]] = []
     monkeypatch.setitem(leaderboard.RUNNERS, "subprocess", fake_fit(calls))
     leaderboard.main(["--suite", "t", "--no-wandb"])
-    leaderboard.main(["--suite", "t", "--check", "--no-wandb"])
+    leaderboard.main(["--suite", "t", "--check", "--no-wandb", "--jobs", "2"])
     assert len(calls) == 8  # the check reran every cell in a temporary folder
     committed = project / "results/suites/t/leaderboard.csv"
     board = read_leaderboard(committed)
@@ -237,7 +260,7 @@ def test_check_regenerates_and_compares(project: Path, monkeypatch: pytest.Monke
 def test_plots_are_written_from_logs(tmp_path: Path) -> None:
     fake_fit([])(["--cell_id", "syn/circle/seed0", "--seed_everything", "0", "--results_csv",
                   str(tmp_path / "rows.csv"), f"--trainer.default_root_dir={tmp_path / 'run'}"],
-                 tmp_path / "log")  # fmt: skip
+                 tmp_path / "log", None)  # fmt: skip
     rows = read_rows(tmp_path / "rows.csv")
     written = write_plots(fold_rows(rows), rows, tmp_path / "plots")
     assert [p.name for p in written] == [
