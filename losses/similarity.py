@@ -1,0 +1,162 @@
+"""Similarity sources: where the within-class scores s_p and between-class scores s_n come from.
+
+Sun et al. (CVPR 2020, Sec. 3) observe that pair-wise and class-level losses differ only in the
+similarities they feed the same formula. A source turns `embeddings [B, D]` and `labels [B]` into
+`sim [B, N]` with boolean `pos_mask [B, N]` / `neg_mask [B, N]`; every loss is a function of those.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+_NORM_EPS = 1e-12  # as F.normalize
+
+
+def compute_dtype(tensor: Tensor) -> torch.dtype:
+    """fp32, or fp64 when given fp64: fp16/bf16 overflow in exp(γ·s) at γ=256."""
+    return torch.promote_types(tensor.dtype, torch.float32)
+
+
+def check_labels(labels: Tensor, num_classes: int, owner: str) -> None:
+    """Raise ValueError unless every label is in [0, num_classes)."""
+    if ((labels < 0) | (labels >= num_classes)).any():  # one host sync per batch
+        top = int(labels.max())
+        raise ValueError(
+            f"{owner}: labels must lie in [0, {num_classes}), got min {int(labels.min())} and "
+            f"max {top}; set num_classes to at least {top + 1} (the number of training classes)"
+        )
+
+
+class _Gram(torch.autograd.Function):
+    """x̂ x̂ᵀ [B, B] for x̂ = x / ‖x‖ (or x itself), with a hand-written backward.
+
+    Autograd would run two matmuls for the product and a chain of ops for the normalisation;
+    here the gradient is one matmul, G_x̂ = (G + Gᵀ) x̂, then the projection onto the tangent
+    space of the sphere, (G_x̂ - x̂ ⟨G_x̂, x̂⟩) / ‖x‖ (F.normalize's eps: no projection below it).
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, normalize: bool) -> Tensor:  # type: ignore[override]
+        norm = x.norm(dim=1, keepdim=True) if normalize else None  # [B, 1]
+        x_hat = x / norm.clamp_min(_NORM_EPS) if norm is not None else x
+        ctx.save_for_backward(x_hat, norm)
+        return x_hat @ x_hat.T
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        x_hat, norm = ctx.saved_tensors
+        grad_x_hat = (grad + grad.T) @ x_hat  # [B, D]
+        if norm is None:
+            return grad_x_hat, None
+        radial = torch.where(norm > _NORM_EPS, (grad_x_hat * x_hat).sum(1, keepdim=True), 0.0)
+        return (grad_x_hat - x_hat * radial) / norm.clamp_min(_NORM_EPS), None
+
+
+class SimilaritySource(nn.Module, ABC):
+    """Base class: `forward(embeddings [B, D], labels [B]) -> (sim [B, N], pos_mask, neg_mask)`."""
+
+    labels: ClassVar[str]
+
+    @abstractmethod
+    def forward(self, embeddings: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Similarities [B, N] and boolean positive / negative masks [B, N]."""
+
+    @staticmethod
+    def _check_batch(embeddings: Tensor, labels: Tensor) -> None:
+        if embeddings.ndim != 2 or labels.shape != embeddings.shape[:1]:
+            raise ValueError(
+                f"expected embeddings [B, D] and labels [B], got {tuple(embeddings.shape)} and "
+                f"{tuple(labels.shape)}; flatten the embedder output and pass one label per row"
+            )
+
+
+class BatchPairs(SimilaritySource):
+    """Pair-wise labels: similarities between the samples of a batch, self-pairs excluded.
+
+    Args:
+        normalize: cosine similarity of L2-normalised embeddings (True) or raw inner products
+            (False, for N-pair loss which regularises the norms instead).
+    """
+
+    labels: ClassVar[str] = "pair-wise"
+
+    def __init__(self, normalize: bool = True) -> None:
+        super().__init__()
+        self.normalize = normalize
+
+    def forward(self, embeddings: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        self._check_batch(embeddings, labels)
+        with torch.autocast(embeddings.device.type, enabled=False):
+            sim = _Gram.apply(embeddings.to(compute_dtype(embeddings)), self.normalize)  # [B, B]
+        same = labels[:, None] == labels[None, :]  # [B, B]
+        pos_mask = same.fill_diagonal_(False)
+        neg_mask = labels[:, None] != labels[None, :]
+        return sim, pos_mask, neg_mask
+
+    def extra_repr(self) -> str:
+        return f"normalize={self.normalize}"
+
+
+class ClassProxies(SimilaritySource):
+    """Class-level labels: cosine similarity to learnable proxies w_c, one positive per anchor."""
+
+    labels: ClassVar[str] = "class-level"
+
+    def __init__(self, num_classes: int, embedding_dim: int) -> None:
+        super().__init__()
+        if num_classes < 2:
+            raise ValueError(
+                f"ClassProxies: num_classes must be >= 2, got {num_classes}; "
+                "pass the number of training classes"
+            )
+        if embedding_dim < 1:
+            raise ValueError(
+                f"ClassProxies: embedding_dim must be >= 1, got {embedding_dim}; "
+                "pass the embedder's output size"
+            )
+        self.num_classes, self.embedding_dim = num_classes, embedding_dim
+        self.proxies = nn.Parameter(torch.randn(num_classes, embedding_dim) / embedding_dim**0.5)
+
+    def forward(self, embeddings: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        self._check_batch(embeddings, labels)
+        check_labels(labels, self.num_classes, type(self).__name__)
+        with torch.autocast(embeddings.device.type, enabled=False):
+            dtype = compute_dtype(embeddings)
+            x = F.normalize(embeddings.to(dtype), dim=1)
+            w = F.normalize(self.proxies.to(dtype), dim=1)
+            sim = x @ w.T  # [B, C]
+        pos_mask = F.one_hot(labels, self.num_classes).bool()  # [B, C]
+        return sim, pos_mask, ~pos_mask
+
+    def extra_repr(self) -> str:
+        return f"num_classes={self.num_classes}, embedding_dim={self.embedding_dim}"
+
+
+def masked_logsumexp(x: Tensor, mask: Tensor, dim: int = 1) -> Tensor:
+    """logsumexp over the entries where `mask` holds; -inf with zero gradient for empty rows.
+
+    torch.logsumexp of an all -inf row returns -inf but a NaN gradient, so empty rows are
+    replaced by zeros before the reduction and by -inf after it.
+    """
+    has_any = mask.any(dim, keepdim=True)
+    x = torch.where(mask, x, torch.where(has_any, -torch.inf, 0.0))
+    return torch.where(has_any.squeeze(dim), torch.logsumexp(x, dim), -torch.inf)
+
+
+@torch.no_grad()
+def pair_stats(
+    sim: Tensor, pos_mask: Tensor, neg_mask: Tensor, active: Tensor
+) -> dict[str, Tensor]:
+    """`last_stats` of a loss: mean s_p, mean s_n and the fraction of `active` anchors or pairs."""
+    sim = sim.detach()
+    zero = sim.new_zeros(())
+    return {
+        "sp_mean": torch.where(pos_mask, sim, zero).sum() / pos_mask.sum().clamp_min(1),
+        "sn_mean": torch.where(neg_mask, sim, zero).sum() / neg_mask.sum().clamp_min(1),
+        "active_fraction": active.to(sim.dtype).mean() if active.numel() else zero,
+    }
