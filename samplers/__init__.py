@@ -1,1 +1,5 @@
 """Batch samplers for metric learning."""
+
+from samplers.pk import PKSampler
+
+__all__ = ["PKSampler"]

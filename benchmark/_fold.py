@@ -1,0 +1,114 @@
+"""Results rows → leaderboard table: mean and 95 % confidence interval over seeds.
+
+A leaderboard row is one experiment (`<group>/<config stem>`, the cell id without its seed);
+its runs differ only in the seed, so every comparable-settings column must agree across them.
+The interval is Student's t: `mean ± t(0.975, n-1) · s / √n` with `s` the sample standard
+deviation (ddof=1); it is empty for a single seed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+from scipy import stats
+
+# The columns that make two rows comparable (results rows contract, minus seed and provenance).
+SETTINGS = (
+    "dataset",
+    "protocol",
+    "labels",
+    "loss",
+    "loss_params",
+    "backbone",
+    "pretrained",
+    "embedding_dim",
+    "image_size",
+    "p",
+    "k",
+    "epochs",
+    "include_val",
+)
+_METRIC = re.compile(r"^(R@(\d+)|mAP|MAP@R|R-Precision|NMI)$")
+_METRIC_ORDER = {"mAP": 1, "MAP@R": 2, "R-Precision": 3, "NMI": 4}
+
+
+def metric_columns(columns: list[str] | pd.Index) -> list[str]:
+    """The metric columns among `columns`: R@K by K, then mAP, MAP@R, R-Precision, NMI."""
+    found = [c for c in columns if _METRIC.match(c)]
+    return sorted(
+        found, key=lambda c: (0, int(c[2:])) if c.startswith("R@") else (_METRIC_ORDER[c], 0)
+    )
+
+
+def read_rows(path: Path) -> pd.DataFrame:
+    """Results rows as written by `benchmark.results`: text columns kept verbatim, metrics float."""
+    if not path.is_file():
+        return pd.DataFrame(columns=["cell_id", *SETTINGS, "seed"])
+    rows = pd.read_csv(path, dtype=str, keep_default_na=False)
+    for column in [*metric_columns(rows.columns), "wall_time_s"]:
+        if column in rows:
+            rows[column] = pd.to_numeric(rows[column].replace("", math.nan))
+    return rows
+
+
+def ci95(values: pd.Series) -> float:
+    """Half-width of the two-sided 95 % Student-t interval of the mean; NaN for one value."""
+    values = values.dropna()
+    n = len(values)
+    if n < 2:
+        return math.nan
+    return float(stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / math.sqrt(n))
+
+
+def fold_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per experiment: settings, `n_seeds`, `seeds`, `<metric>_mean`, `<metric>_ci95`.
+
+    The latest row of a cell wins (a cell rerun by hand appends a second row).
+
+    Raises:
+        ValueError: when runs of one experiment disagree on a settings column (a config
+            changed between runs); the message names the column and the rows file to prune.
+    """
+    rows = rows[rows["cell_id"] != ""].drop_duplicates("cell_id", keep="last")
+    metrics = metric_columns(rows.columns)
+    experiment = rows["cell_id"].str.rsplit("/", n=1).str[0]
+    out = []
+    for name, runs in rows.groupby(experiment, sort=False):
+        record: dict[str, object] = {"experiment": name, "group": name.split("/")[0]}
+        for column in SETTINGS:
+            values = sorted(set(runs[column])) if column in runs else [""]
+            if len(values) > 1:
+                raise ValueError(
+                    f"runs of {name} disagree on {column}: {values}; the config changed between "
+                    f"runs: delete that experiment's rows from the rows CSV and rerun"
+                )
+            record[column] = values[0]
+        record["n_seeds"] = len(runs)
+        record["seeds"] = " ".join(sorted(runs["seed"], key=int))
+        for metric in metrics:
+            record[f"{metric}_mean"] = runs[metric].mean()
+            record[f"{metric}_ci95"] = ci95(runs[metric])
+        if "wall_time_s" in runs:
+            record["wall_time_s_mean"] = runs["wall_time_s"].mean()
+        out.append(record)
+    return pd.DataFrame(out)
+
+
+def write_csv(board: pd.DataFrame, path: Path) -> None:
+    """Write the leaderboard atomically (temp file, then `os.replace`), 4 decimals."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    board.to_csv(tmp, index=False, float_format="%.4f")
+    tmp.replace(path)
+
+
+def read_leaderboard(path: Path) -> pd.DataFrame:
+    """A leaderboard CSV written by `write_csv`: text columns verbatim, metric columns float."""
+    board = pd.read_csv(path, dtype=str, keep_default_na=False)
+    for column in board.columns:
+        if column.endswith(("_mean", "_ci95")):
+            board[column] = pd.to_numeric(board[column].replace("", math.nan))
+    return board

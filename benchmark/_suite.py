@@ -1,0 +1,190 @@
+"""Leaderboard suites: `experiments/suites/<name>.yaml` parsed into the cells it runs.
+
+A suite is a grid of experiment configs × seeds, grouped by the data they train on:
+
+```yaml
+seeds: [0, 1]                       # every cell runs once per seed
+overrides: [--trainer.max_epochs=3] # appended to every cell's `circlebench fit` command line
+output: .                           # leaderboard files go to <results-dir>/<output>
+threads: 1                          # optional: CPU threads per cell (results depend on it)
+groups:
+  synthetic_fine_grained:           # group name: a heading of the leaderboard
+    configs: experiments/synthetic/*.yaml   # a glob or a list of paths (repository-relative)
+    overrides: [--data.init_args.mode=fine_grained]   # appended after the suite's
+    config_overrides:               # optional: appended for one config, by file stem
+      softmax: [--model.loss.init_args.num_classes=25]
+    requires: ../shared/data/cub200 # optional: cells are skipped, with a reason, when absent
+    paper_dataset: cub200           # optional: compare with this dataset's paper numbers
+```
+
+A cell is one `fit` run, named `<group>/<config stem>/seed<seed>`; its results row carries
+that name in the `cell_id` column, which is how a rerun knows the cell is done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+SUITES_DIR = Path("experiments/suites")
+_SUITE_KEYS = {"description", "seeds", "overrides", "output", "threads", "groups"}
+_GROUP_KEYS = {"configs", "overrides", "config_overrides", "requires", "paper_dataset"}
+
+
+@dataclass(frozen=True)
+class Group:
+    """Experiments on one dataset setting; `requires` is a path that must exist to run them."""
+
+    name: str
+    configs: tuple[Path, ...]
+    overrides: tuple[str, ...]
+    config_overrides: dict[str, tuple[str, ...]]
+    requires: Path | None
+    paper_dataset: str | None
+
+    def overrides_for(self, config: Path) -> tuple[str, ...]:
+        """The group's overrides, then those of this config."""
+        return (*self.overrides, *self.config_overrides.get(config.stem, ()))
+
+    def missing_data(self, root: Path) -> Path | None:
+        """The required path (resolved against `root`) when it is absent, else None."""
+        if self.requires is None or (root / self.requires).exists():
+            return None
+        return (root / self.requires).resolve()
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One `circlebench fit` run of the grid."""
+
+    group: Group
+    config: Path
+    seed: int
+    overrides: tuple[str, ...]
+
+    @property
+    def experiment(self) -> str:
+        """The leaderboard row this cell contributes to: `<group>/<config stem>`."""
+        return f"{self.group.name}/{self.config.stem}"
+
+    @property
+    def cell_id(self) -> str:
+        return f"{self.experiment}/seed{self.seed}"
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A parsed suite file: its groups, seeds and where its outputs go."""
+
+    name: str
+    description: str
+    seeds: tuple[int, ...]
+    overrides: tuple[str, ...]
+    output: Path
+    threads: int | None
+    groups: tuple[Group, ...]
+
+    def cells(self) -> list[Cell]:
+        """Every cell, group by group, config by config, seed by seed."""
+        return [
+            Cell(group, config, seed, (*self.overrides, *group.overrides_for(config)))
+            for group in self.groups
+            for config in group.configs
+            for seed in self.seeds
+        ]
+
+    def group(self, name: str) -> Group:
+        for group in self.groups:
+            if group.name == name:
+                return group
+        raise KeyError(f"suite {self.name!r} has no group {name!r}")
+
+
+def suite_names(root: Path = Path(".")) -> list[str]:
+    """Names of the suites defined under `root/experiments/suites/`."""
+    return sorted(p.stem for p in (root / SUITES_DIR).glob("*.yaml"))
+
+
+def load_suite(name: str, root: Path = Path("."), seeds: list[int] | None = None) -> Suite:
+    """Parse `root/experiments/suites/<name>.yaml`; `seeds` replaces the file's seeds."""
+    path = root / SUITES_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise KeyError(
+            f"unknown suite {name!r}; choose one of {suite_names(root)} "
+            f"(read from {(root / SUITES_DIR).resolve()}; run from the repository root)"
+        )
+    spec = yaml.safe_load(path.read_text()) or {}
+    _check_keys(spec, _SUITE_KEYS, f"{path}")
+    if not spec.get("groups"):
+        raise ValueError(f"{path}: no `groups:`; a suite needs at least one group of configs")
+    groups = tuple(_group(gname, gspec, root, path) for gname, gspec in spec["groups"].items())
+    chosen = seeds if seeds is not None else spec.get("seeds", [0])
+    if not chosen or not all(isinstance(s, int) for s in chosen):
+        raise ValueError(f"{path}: seeds must be a non-empty list of integers, got {chosen!r}")
+    suite = Suite(
+        name=name,
+        description=str(spec.get("description", "")).strip(),
+        seeds=tuple(chosen),
+        overrides=_strings(spec.get("overrides", []), f"{path}: overrides"),
+        output=Path(spec.get("output", f"suites/{name}")),
+        threads=spec.get("threads"),
+        groups=groups,
+    )
+    if suite.threads is not None and (not isinstance(suite.threads, int) or suite.threads < 1):
+        raise ValueError(f"{path}: threads must be a positive integer, got {suite.threads!r}")
+    ids = [cell.cell_id for cell in suite.cells()]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise ValueError(f"{path}: cell ids repeat {duplicates}; give each config a unique name")
+    return suite
+
+
+def _group(name: str, spec: dict, root: Path, path: Path) -> Group:
+    where = f"{path}: group {name!r}"
+    if not isinstance(spec, dict):
+        raise ValueError(f"{where}: expected a mapping with `configs:`, got {spec!r}")
+    _check_keys(spec, _GROUP_KEYS, where)
+    patterns = spec.get("configs")
+    if not patterns:
+        raise ValueError(f"{where}: `configs:` is missing; give a glob or a list of YAML paths")
+    configs: list[Path] = []
+    for pattern in [patterns] if isinstance(patterns, str) else patterns:
+        matches = sorted(root.glob(pattern)) if any(c in pattern for c in "*?[") else []
+        if not matches and (root / pattern).is_file():
+            matches = [root / pattern]
+        if not matches:
+            raise FileNotFoundError(f"{where}: no config matches {pattern!r} under {root}")
+        configs += [m.relative_to(root) for m in matches]
+    per_config = spec.get("config_overrides") or {}
+    unknown = sorted(set(per_config) - {c.stem for c in configs})
+    if unknown:
+        raise ValueError(
+            f"{where}: config_overrides names {unknown}, which are not among its configs "
+            f"{sorted(c.stem for c in configs)}"
+        )
+    requires = spec.get("requires")
+    return Group(
+        name=name,
+        configs=tuple(configs),
+        overrides=_strings(spec.get("overrides", []), f"{where}: overrides"),
+        config_overrides={
+            stem: _strings(value, f"{where}: config_overrides.{stem}")
+            for stem, value in per_config.items()
+        },
+        requires=Path(requires) if requires else None,
+        paper_dataset=spec.get("paper_dataset"),
+    )
+
+
+def _check_keys(spec: dict, allowed: set[str], where: str) -> None:
+    unknown = sorted(set(spec) - allowed)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+def _strings(value: object, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{where} must be a list of command-line strings, got {value!r}")
+    return tuple(value)

@@ -1,0 +1,90 @@
+"""What each real dataset is (source, licence, layout, official counts) and how to say it's missing.
+
+The five dataset modules parse their own metadata; they share this record so that an error
+raised while parsing, `circlebench data info` and `circlebench data verify` all tell the same
+story about where a dataset comes from and what its folder must hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from datamodules.base import Splits
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """A real dataset: where it comes from, its on-disk layout and its official split sizes.
+
+    Args:
+        counts: official `(images, classes)` per split name (`train`, `query`, `gallery`) under
+            the default arguments of the DataModule.
+        download_url: a direct public URL of the archive, or "" where none exists.
+        download_md5: md5 of that archive, checked before it is extracted.
+    """
+
+    name: str
+    title: str
+    homepage: str
+    licence: str
+    layout: str
+    obtain: str
+    counts: dict[str, tuple[int, int]] = field(default_factory=dict)
+    download_url: str = ""
+    download_md5: str = ""
+
+    def missing(self, root: Path, expected: str) -> FileNotFoundError:
+        """The error for a root that lacks `expected`: what, where, and how to get it."""
+        return FileNotFoundError(
+            f"{self.title} not found in {root}: expected {expected}. Expected layout:\n"
+            f"{self.layout}\n{self.obtain} Then pass --data.init_args.root=<dir> "
+            f"(`circlebench data info {self.name}` repeats this)."
+        )
+
+
+def resolve_root(root: str | Path, marker: str, subfolders: Iterable[str]) -> Path:
+    """`root` itself if it holds `marker`, else the first `root/<subfolder>` that does.
+
+    People point `--root` either at the extracted folder or at its parent, so both work; when
+    neither holds `marker`, `root` is returned and the caller's check reports it.
+    """
+    root = Path(root).expanduser()
+    if (root / marker).exists():
+        return root
+    for name in subfolders:
+        if (root / name / marker).exists():
+            return root / name
+    return root
+
+
+def read_rows(
+    path: Path, info: DatasetInfo, columns: int, *, header: bool = False
+) -> list[list[str]]:
+    """Whitespace-separated rows of a metadata file, each checked to have `columns` fields."""
+    if not path.is_file():
+        raise info.missing(path.parent, f"the file {path.name}")
+    lines = path.read_text().splitlines()[1 if header else 0 :]
+    rows = [line.split() for line in lines if line.strip()]
+    for number, row in enumerate(rows, start=2 if header else 1):
+        if len(row) != columns:
+            raise ValueError(
+                f"{info.title}: {path} line {number} has {len(row)} fields, expected {columns} "
+                f"({' '.join(row)!r}); the file is damaged, extract it again from the archive"
+            )
+    return rows
+
+
+def check_images_present(info: DatasetInfo, root: Path, splits: Splits) -> None:
+    """Raise unless the first image of every split exists: catches metadata without images.
+
+    A full scan of every file is `circlebench data verify`'s job; this costs a few stats.
+    """
+    for name, split in (
+        ("train", splits.train),
+        ("query", splits.query),
+        ("gallery", splits.gallery),
+    ):
+        if split is not None and len(split) and not Path(split.items[0]).is_file():
+            raise info.missing(root, f"the {name} images, e.g. {split.items[0]}")

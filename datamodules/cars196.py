@@ -1,0 +1,125 @@
+"""Cars196 (Krause et al., 3dRR 2013): classes 1–98 train (8,054 images), 99–196 test (8,131).
+
+Two official layouts hold the same 16,185 labelled images: `cars_annos.mat` + `car_ims/`
+(the one metric-learning papers use) and the classification devkit (`devkit/` + `cars_train/`
++ `cars_test/`, with the test labels in `cars_test_annos_withlabels.mat`). Both are split by
+class, ignoring their train/test flags, which are the classification split.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from datamodules._files import DatasetInfo, check_images_present
+from datamodules._mat import mat_variable, struct_field
+from datamodules.base import Protocol, RetrievalDataModule, Split, Splits, relabel
+
+INFO = DatasetInfo(
+    name="cars196",
+    title="Cars196 (Stanford Cars)",
+    homepage="https://ai.stanford.edu/~jkrause/cars/car_dataset.html",
+    licence="non-commercial research use under ImageNet-style terms; images © their web owners; "
+    "cite Krause et al., 3dRR 2013",
+    layout="  cars_annos.mat and car_ims/<000001..016185>.jpg\n"
+    "  or devkit/cars_train_annos.mat, cars_test_annos_withlabels.mat (in devkit/ or the root), "
+    "cars_train/<00001>.jpg, cars_test/<00001>.jpg",
+    obtain="The Stanford page no longer serves the archives; request them from the authors or "
+    "use a mirror that keeps the official file names (car_ims.tgz + cars_annos.mat, or "
+    "cars_train.tgz + cars_test.tgz + car_devkit.tgz + cars_test_annos_withlabels.mat).",
+    counts={"train": (8054, 98), "query": (8131, 98)},
+)
+
+TEST_LABELS = "cars_test_annos_withlabels.mat"
+
+
+def annos_annotations(root: Path) -> list[tuple[str, int]]:
+    """`(path relative to root, class 1..196)` for every image listed in `cars_annos.mat`."""
+    path = root / "cars_annos.mat"
+    records = mat_variable(path, "annotations", INFO.title)
+    names = struct_field(records, "relative_im_path", path, INFO.title)
+    return list(zip(names, struct_field(records, "class", path, INFO.title), strict=True))
+
+
+def devkit_annotations(root: Path, part: Literal["train", "test"]) -> list[tuple[str, int]]:
+    """`(path relative to root, class 1..196)` for one half of the devkit layout.
+
+    Reads metadata only, so it works on the devkit alone. The devkit ships test annotations
+    without labels; the labelled ones come separately as `cars_test_annos_withlabels.mat`.
+    """
+    if part == "train":
+        path = root / "devkit" / "cars_train_annos.mat"
+    else:
+        candidates = [root / "devkit" / TEST_LABELS, root / TEST_LABELS]
+        path = next((p for p in candidates if p.is_file()), candidates[0])
+    if not path.is_file():
+        note = " (the devkit's cars_test_annos.mat has no labels)" if part == "test" else ""
+        raise INFO.missing(root, f"{path.relative_to(root)}, the labelled {part} annotations{note}")
+    records = mat_variable(path, "annotations", INFO.title)
+    names = struct_field(records, "fname", path, INFO.title)
+    return [
+        (f"cars_{part}/{name}", label)
+        for name, label in zip(names, struct_field(records, "class", path, INFO.title), strict=True)
+    ]
+
+
+def cars196_splits(root: str | Path, train_classes: int = 98) -> Splits:
+    """Classes 1..`train_classes` train, the rest query (= gallery), from either layout.
+
+    Training labels are 0..train_classes-1, query labels the official class id minus 1.
+    """
+    root = Path(root).expanduser()
+    if (root / "cars_annos.mat").is_file():
+        if not (root / "car_ims").is_dir():
+            raise INFO.missing(root, "car_ims/ beside cars_annos.mat")
+        annotations = annos_annotations(root)
+    elif (root / "devkit").is_dir():
+        for folder in ("cars_train", "cars_test"):
+            if not (root / folder).is_dir():
+                raise INFO.missing(root, f"{folder}/ beside devkit/")
+        annotations = devkit_annotations(root, "train") + devkit_annotations(root, "test")
+    else:
+        raise INFO.missing(root, "cars_annos.mat and car_ims/, or devkit/, cars_train/, cars_test/")
+    largest = max((label for _, label in annotations), default=0)
+    if not 1 <= train_classes < largest:
+        raise ValueError(
+            f"{INFO.title}: train_classes={train_classes} leaves no training or no test class; "
+            f"{root} has classes 1..{largest}, so choose 1 <= train_classes < {largest} "
+            "(98 is the official split)"
+        )
+    train = [(root / name, label) for name, label in annotations if label <= train_classes]
+    test = [(root / name, label) for name, label in annotations if label > train_classes]
+    return Splits(
+        train=relabel(Split([str(p) for p, _ in train], [c for _, c in train], [-1] * len(train))),
+        query=Split([str(p) for p, _ in test], [c - 1 for _, c in test], [-1] * len(test)),
+        gallery=None,
+    )
+
+
+class Cars196DataModule(RetrievalDataModule):
+    """Cars196, `same_set`: classes 1..`train_classes` train, the rest query = gallery.
+
+    Args:
+        train_classes: classes 1..N train, N+1..196 test; 98 is the official split.
+        **kwargs: the common arguments of `RetrievalDataModule` (p, k, image_size, ...).
+    """
+
+    dataset_name: ClassVar[str] = "cars196"
+    protocol: ClassVar[Protocol] = "same_set"
+    default_recall_ks: ClassVar[tuple[int, ...]] = (1, 2, 4, 8)
+    info: ClassVar[DatasetInfo] = INFO
+
+    def __init__(self, root: str | Path, train_classes: int = 98, **kwargs: Any) -> None:
+        super().__init__(root, **kwargs)
+        self.train_classes = train_classes
+
+    @property
+    def official_counts(self) -> dict[str, tuple[int, int]]:
+        """Official `(images, classes)` per split; empty for a non-official class split."""
+        return INFO.counts if self.train_classes == 98 else {}
+
+    def verify(self) -> None:
+        check_images_present(INFO, Path(self.root), self.load_splits())
+
+    def load_splits(self) -> Splits:
+        return cars196_splits(Path(self.root), self.train_classes)

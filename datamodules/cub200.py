@@ -1,0 +1,101 @@
+"""CUB-200-2011 (Wah et al., 2011): classes 1–100 train (5,864 images), 101–200 test (5,924).
+
+The metric-learning split is by class; `train_test_split.txt` is the classification split of
+the same classes and is ignored on purpose.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from datamodules._files import DatasetInfo, check_images_present, read_rows, resolve_root
+from datamodules.base import Protocol, RetrievalDataModule, Split, Splits, relabel
+
+INFO = DatasetInfo(
+    name="cub200",
+    title="CUB-200-2011",
+    homepage="https://www.vision.caltech.edu/datasets/cub_200_2011/",
+    licence="non-commercial research and educational use; images © their Flickr photographers; "
+    "cite Wah et al., CNS-TR-2011-001",
+    layout="  CUB_200_2011/images.txt, image_class_labels.txt, images/<class>/<image>.jpg",
+    obtain="Download CUB_200_2011.tgz (`circlebench data download cub200 --root DIR`, or from "
+    "https://data.caltech.edu/records/65de6-vp158) and extract it.",
+    counts={"train": (5864, 100), "query": (5924, 100)},
+    download_url="https://data.caltech.edu/records/65de6-vp158/files/CUB_200_2011.tgz?download=1",
+    download_md5="97eceeb196236b17998738112f37df78",
+)
+
+
+def cub200_splits(root: str | Path, train_classes: int = 100) -> Splits:
+    """Classes 1..`train_classes` train, the rest query (= gallery); labels from the files.
+
+    Training labels are 0..train_classes-1, query labels the official class id minus 1.
+    `train_classes` scales the split to subsets (classes 1–6 with 3: 178 / 145 images).
+    """
+    root = resolve_root(root, "images.txt", ["CUB_200_2011"])
+    if not (root / "images").is_dir():
+        raise INFO.missing(root, "images.txt and the folder images/")
+    paths = dict(read_rows(root / "images.txt", INFO, 2))
+    classes = {
+        image: int(label) for image, label in read_rows(root / "image_class_labels.txt", INFO, 2)
+    }
+    if paths.keys() != classes.keys():
+        raise ValueError(
+            f"{INFO.title}: images.txt and image_class_labels.txt in {root} list different "
+            f"image ids ({len(paths)} vs {len(classes)}); extract both from the same archive"
+        )
+    largest = max(classes.values(), default=0)
+    if not 1 <= train_classes < largest:
+        raise ValueError(
+            f"{INFO.title}: train_classes={train_classes} leaves no training or no test class; "
+            f"{root} has classes 1..{largest}, so choose 1 <= train_classes < {largest} "
+            "(100 is the official split)"
+        )
+    train, test = [], []
+    for image in sorted(paths, key=int):
+        (train if classes[image] <= train_classes else test).append(image)
+    images = root / "images"
+    return Splits(
+        train=relabel(
+            Split(
+                [str(images / paths[i]) for i in train],
+                [classes[i] for i in train],
+                [-1] * len(train),
+            )
+        ),
+        query=Split(
+            [str(images / paths[i]) for i in test], [classes[i] - 1 for i in test], [-1] * len(test)
+        ),
+        gallery=None,
+    )
+
+
+class CUB200DataModule(RetrievalDataModule):
+    """CUB-200-2011, `same_set`: classes 1..`train_classes` train, the rest query = gallery.
+
+    Args:
+        train_classes: classes 1..N train, N+1..200 test; 100 is the official split, smaller
+            values split subsets (3 for classes 1–6, 25 for classes 1–50).
+        **kwargs: the common arguments of `RetrievalDataModule` (p, k, image_size, ...).
+    """
+
+    dataset_name: ClassVar[str] = "cub200"
+    protocol: ClassVar[Protocol] = "same_set"
+    default_recall_ks: ClassVar[tuple[int, ...]] = (1, 2, 4, 8)
+    info: ClassVar[DatasetInfo] = INFO
+
+    def __init__(self, root: str | Path, train_classes: int = 100, **kwargs: Any) -> None:
+        super().__init__(root, **kwargs)
+        self.train_classes = train_classes
+
+    @property
+    def official_counts(self) -> dict[str, tuple[int, int]]:
+        """Official `(images, classes)` per split; empty for a non-official class split."""
+        return INFO.counts if self.train_classes == 100 else {}
+
+    def verify(self) -> None:
+        check_images_present(INFO, Path(self.root), self.load_splits())
+
+    def load_splits(self) -> Splits:
+        return cub200_splits(Path(self.root), self.train_classes)
