@@ -215,8 +215,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--only", default="", help="run the cases whose name contains this")
     parser.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch threads (0: torch's default, one per core)"
+    )
     args = parser.parse_args(argv)
     torch.manual_seed(0)
+    if args.threads:  # 1 thread is steadier on a loaded machine: no OpenMP barrier stalls
+        torch.set_num_threads(args.threads)
     load = os.getloadavg()[0]  # other processes on the machine skew both columns
     print(
         f"forward+backward median, D={args.dim}, torch threads={torch.get_num_threads()}, "
