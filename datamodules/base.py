@@ -196,6 +196,17 @@ class RetrievalDataModule(pl.LightningDataModule):
         self._splits: tuple[Split, Splits | None, Splits] | None = None
         self._datasets: dict[str, Dataset] = {}
 
+    @property
+    def root_dir(self) -> Path:
+        """The dataset folder; a clear error for a dataset on disk constructed without one."""
+        if self.root is None:
+            raise ValueError(
+                f"{type(self).__name__}: root is None; pass the dataset folder, "
+                "e.g. --data.init_args.root=<dir> "
+                "(`circlebench data info <dataset>` shows the expected layout)"
+            )
+        return self.root
+
     @abstractmethod
     def verify(self) -> None:
         """Raise FileNotFoundError/ValueError naming the dataset, path, layout and source."""
