@@ -24,7 +24,7 @@ from benchmark._ranks import PositiveRanks
 def retrieval_metrics(
     ranks: PositiveRanks, ks: Sequence[int], metrics: Sequence[str]
 ) -> dict[str, float]:
-    """Mean metrics over the queries with at least one positive; {} entries are 0 if none."""
+    """Mean metrics over the queries with at least one positive (0.0 if there is none)."""
     counts = ranks.counts[ranks.counts > 0]
     n_queries = counts.numel()
     query = torch.repeat_interleave(torch.arange(n_queries), counts)  # [P] owner of each position

@@ -23,6 +23,8 @@ from benchmark._similarity import (
     UnitEmbeddings,
     exact_similarities,
     output_error,
+    raw_error,
+    raw_similarities,
     shortlist_error,
 )
 
@@ -35,7 +37,8 @@ class PositiveRanks:
     """Positions of the positives, query by query.
 
     `positions [P]` int64, 1-based and ascending within each query; `counts [Q]` the number of
-    positives R of each query (0 for a skipped query); queries are concatenated in input order.
+    positives R of each query (0 for a skipped query); queries in label order
+    (the metrics are means over queries, so the order does not matter).
     """
 
     positions: Tensor
@@ -43,10 +46,10 @@ class PositiveRanks:
 
 
 def _same_label_pairs(q_labels: Tensor, g_order: Tensor, g_sorted: Tensor) -> tuple[Tensor, Tensor]:
-    """(row in chunk, gallery index) of every gallery item sharing the query's label."""
+    """(row, gallery index) of every gallery item sharing the row's label; rows ascending, and
+    gallery indices ascending within a row (g_order is a stable sort)."""
     start = torch.searchsorted(g_sorted, q_labels, side="left")
-    stop = torch.searchsorted(g_sorted, q_labels, side="right")
-    sizes = stop - start
+    sizes = torch.searchsorted(g_sorted, q_labels, side="right") - start
     rows = torch.repeat_interleave(torch.arange(q_labels.numel()), sizes)
     offsets = torch.arange(rows.numel()) - torch.repeat_interleave(sizes.cumsum(0) - sizes, sizes)
     return rows, g_order[start[rows] + offsets]
@@ -72,6 +75,24 @@ def _count_below(
     return found - rows * width
 
 
+def _side_counts(
+    table64: Tensor, eps: Tensor, rows: Tensor, values: Tensor
+) -> tuple[Tensor, Tensor]:
+    """For values within eps[row] of the reference: thresholds surely below, and maybe at or below.
+
+    Rows are offset by 8·r so that one sorted array serves the whole chunk (|s| < 4); the
+    padding (+inf thresholds) sits at 8·r + 4, above every value of its row.
+    """
+    n_rows, width = table64.shape
+    offset = torch.arange(n_rows, dtype=torch.float64)[:, None] * _ROW_SPAN
+    upper = (offset + table64 + eps[:, None]).flatten()
+    lower = (offset + table64 - eps[:, None]).flatten()
+    keys = rows * _ROW_SPAN + values
+    surely = _count_below(upper, keys, rows, width, right=False)
+    maybe = _count_below(lower, keys, rows, width, right=True)
+    return surely, maybe
+
+
 def _exact_counts(thresholds: Tensor, sims: Tensor) -> Tensor:
     """#{m : T[m] ≤ s} for each (threshold row [M, Pmax], similarity [M]) pair, in pieces."""
     out = torch.empty(sims.numel(), dtype=torch.int64)
@@ -85,22 +106,22 @@ def _exact_counts(thresholds: Tensor, sims: Tensor) -> Tensor:
 def _chunk_ranks(
     q: UnitEmbeddings,
     g: UnitEmbeddings,
-    start: int,
-    stop: int,
-    pairs: tuple[Tensor, Tensor, Tensor],
+    q_index: Tensor,
+    rows: Tensor,
+    g_index: Tensor,
+    positive: Tensor,
     block: Block,
     eps_in: float,
 ) -> tuple[Tensor, Tensor]:
-    """Positions [P_chunk] and positive counts [B] for queries start..stop-1."""
-    rows, g_index, positive = pairs
-    n_rows = stop - start
-    sims = exact_similarities(q, g, rows[positive] + start, g_index[positive])
+    """Positions [P_chunk] and positive counts [B] for the queries `q_index [B]`."""
+    n_rows = q_index.numel()
+    sims = exact_similarities(q, g, q_index, rows[positive], g_index[positive])
     table, counts = _padded_thresholds(rows[positive], sims, n_rows)
     width = table.shape[1]
     finite = torch.isfinite(table)
     abs_max = torch.where(finite, table.abs(), 0).amax(1)
-    eps = eps_in + output_error(g.low.dtype, abs_max, eps_in) + 2.0**-30  # [B] float64
-    scores = block(q.low[start:stop], g.low)  # [B, N]
+    scores = block(q.low[q_index.to(q.low.device)], g.low)  # [B, N]
+    eps = eps_in + output_error(scores.dtype, abs_max, eps_in) + 2.0**-30  # [B] float64
     scores[rows.to(scores.device), g_index.to(scores.device)] = -torch.inf  # self, same id+cam
     # Lowest threshold minus ε, nudged down so that rounding to the block dtype stays below it.
     floor = torch.where(counts > 0, table[:, 0].to(torch.float64) - eps - 2.0**-7, torch.inf)
@@ -109,16 +130,19 @@ def _chunk_ranks(
     values = scores[cand_rows, cand_cols].to(device="cpu", dtype=torch.float64)
     cand_rows, cand_cols = cand_rows.cpu(), cand_cols.cpu()
     del scores
-    offset = torch.arange(n_rows, dtype=torch.float64)[:, None] * _ROW_SPAN
     table64 = torch.where(finite, table.to(torch.float64), _ROW_SPAN / 2)
-    upper = (offset + table64 + eps[:, None]).flatten()
-    lower = (offset + table64 - eps[:, None]).flatten()
-    keys = cand_rows * _ROW_SPAN + values
-    surely = _count_below(upper, keys, cand_rows, width, right=False)  # thresholds s̃ is far above
-    maybe = _count_below(lower, keys, cand_rows, width, right=True)  # thresholds s̃ may reach
+    surely, maybe = _side_counts(table64, eps, cand_rows, values)
     band = maybe > surely
+    if band.any() and g.low.dtype != torch.float32:
+        # Second look at the bfloat16 band: float32 dot products of the raw rows (sparse, so
+        # only these pairs are computed), within `raw_error` of the reference.
+        idx = band.nonzero()[:, 0]
+        approx = raw_similarities(q, g, q_index, cand_rows[idx], cand_cols[idx])
+        eps2 = torch.full((n_rows,), raw_error(q.dim) + 2.0**-30, dtype=torch.float64)
+        surely[idx], maybe[idx] = _side_counts(table64, eps2, cand_rows[idx], approx)
+        band = maybe > surely
     if band.any():
-        exact = exact_similarities(q, g, cand_rows[band] + start, cand_cols[band])
+        exact = exact_similarities(q, g, q_index, cand_rows[band], cand_cols[band])
         surely[band] = _exact_counts(table[cand_rows[band]], exact)
     hist = torch.bincount(cand_rows * (width + 1) + surely, minlength=n_rows * (width + 1))
     hist = hist.view(n_rows, width + 1)
@@ -149,17 +173,19 @@ def positive_ranks(
     eps_in = shortlist_error(q, g)
     g_order = torch.argsort(g_labels, stable=True)
     g_sorted = g_labels[g_order]
+    # Queries in label order: a chunk then touches few label groups (ranks do not depend on it).
+    q_order = torch.argsort(q_labels, stable=True)
     positions, counts = [], []
     for start in range(0, q_labels.numel(), chunk_size):
-        stop = min(start + chunk_size, q_labels.numel())
-        rows, g_index = _same_label_pairs(q_labels[start:stop], g_order, g_sorted)
+        q_index = q_order[start : start + chunk_size]
+        rows, g_index = _same_label_pairs(q_labels[q_index], g_order, g_sorted)
         if same_set:
-            positive = g_index != rows + start
+            positive = g_index != q_index[rows]
         elif q_cams is not None and g_cams is not None:
-            positive = g_cams[g_index] != q_cams[start:stop][rows]
+            positive = g_cams[g_index] != q_cams[q_index][rows]
         else:
             positive = torch.ones_like(rows, dtype=torch.bool)
-        pos, cnt = _chunk_ranks(q, g, start, stop, (rows, g_index, positive), block, eps_in)
+        pos, cnt = _chunk_ranks(q, g, q_index, rows, g_index, positive, block, eps_in)
         positions.append(pos)
         counts.append(cnt)
     return PositiveRanks(torch.cat(positions), torch.cat(counts))

@@ -103,10 +103,8 @@ class CircleBenchCLI(LightningCLI):
             x for x in (extra if isinstance(extra, list) else [extra]) if isinstance(x, Logger)
         ]
         callbacks = list(config.get("callbacks") or [])
-        if _val_classes(self.datamodule) > 0:  # select the model on validation, never on test
-            callbacks.append(
-                ModelCheckpoint(monitor="val/R@1", mode="max", save_last=True, filename="best")
-            )
+        if config.get("enable_checkpointing") is not False:
+            callbacks.append(_checkpoint_callback(_val_classes(self.datamodule) > 0))
         return super().instantiate_trainer(logger=loggers, callbacks=callbacks, **kwargs)
 
     def before_fit(self) -> None:
@@ -166,6 +164,13 @@ class CircleBenchCLI(LightningCLI):
             config_hash=config_hash(hashed_config(config)),
             run_dir=str(run_dir),
         )
+
+
+def _checkpoint_callback(validated: bool) -> ModelCheckpoint:
+    """`last.ckpt` always; with a validation split also `best.ckpt`, the best `val/R@1`."""
+    if validated:  # select the model on validation, never on test
+        return ModelCheckpoint(monitor="val/R@1", mode="max", save_last=True, filename="best")
+    return ModelCheckpoint(save_top_k=0, save_last=True)
 
 
 def _val_classes(datamodule: Any) -> int:

@@ -177,31 +177,39 @@ def _pretrained_backbone(
     name: str, pretrained: bool | str
 ) -> tuple[nn.Module, InputConvention, str]:
     """Headless backbone with `forward_features` and `num_features`, its input, its source."""
-    if name == "bninception":
-        model, convention, classifier = BNInception(num_classes=0), BNINCEPTION_INPUT, "last_linear"
-    elif timm.is_model(name):
-        if pretrained is True and name not in LITE0:
-            model = _timm_hub_backbone(name)
-            return model, _timm_convention(model), "timm-hub"
-        model = timm.create_model(name, pretrained=False, num_classes=0)
-        convention, classifier = _timm_convention(model), model.pretrained_cfg.get("classifier")
-    else:
+    if name != "bninception" and not timm.is_model(name):
         raise ValueError(
             f"unknown backbone {name!r}: use 'bninception' or a timm model name "
             f"(see timm.list_models(), e.g. 'resnet50', 'efficientnet_lite0')"
         )
-    if pretrained is False:
-        return model, convention, "none"
-    if pretrained is True and name == "bninception":
-        state, source = _downloaded_state(CHECKPOINT_URL), CHECKPOINT_URL
-    elif pretrained is True:
-        state, source = _read_state(_lite0.lite0_weights_path()), _lite0.PACKAGE
+    if pretrained is True and name not in (*LITE0, "bninception"):
+        model = _timm_hub_backbone(name)
+        return model, _timm_convention(model), "timm-hub"
+    state, source = _pretrained_state(name, pretrained)
+    tf_lite0 = name in LITE0 and state is not None and _lite0.is_efficientnet_pytorch_state(state)
+    if name == "bninception":
+        model, convention, classifier = BNInception(num_classes=0), BNINCEPTION_INPUT, "last_linear"
     else:
-        state, source = _read_state(Path(pretrained)), str(pretrained)
-    if name in LITE0 and _lite0.is_efficientnet_pytorch_state(state):
+        # The TF-trained lite0 weights go with TF's BatchNorm epsilon (timm's default is 1e-5).
+        kwargs = {"bn_eps": _lite0.BN_EPS} if tf_lite0 else {}
+        model = timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
+        convention, classifier = _timm_convention(model), model.pretrained_cfg.get("classifier")
+    if tf_lite0:
         state, convention = _lite0.timm_lite0_state_dict(state, model), TF_LITE_INPUT
-    _load_headless(model, state, name, source, classifier)
+    if state is not None:
+        _load_headless(model, state, name, source, classifier)
     return model, convention, source
+
+
+def _pretrained_state(name: str, pretrained: bool | str) -> tuple[dict[str, Tensor] | None, str]:
+    """The state dict `pretrained` names (None for none) and its source string."""
+    if pretrained is False:
+        return None, "none"
+    if pretrained is True and name == "bninception":
+        return _downloaded_state(CHECKPOINT_URL), CHECKPOINT_URL
+    if pretrained is True:
+        return _read_state(_lite0.lite0_weights_path()), _lite0.PACKAGE
+    return _read_state(Path(pretrained)), str(pretrained)
 
 
 def _timm_convention(model: nn.Module) -> InputConvention:

@@ -156,11 +156,13 @@ class RetrievalEvaluator:
             if g.shape[0] == 0:
                 raise ValueError("gallery_labels: every gallery item is junk (-1)")
         name, device, block, low_dtype = self._resolve()
-        qe = prepare(q, low_dtype=low_dtype, device=device, chunk=self.chunk_size)
+        qe = prepare(q, "query_emb", low_dtype=low_dtype, device=device, chunk=self.chunk_size)
         ge = (
             qe
             if same_set
-            else prepare(g, low_dtype=low_dtype, device=device, chunk=self.chunk_size)
+            else prepare(
+                g, "gallery_emb", low_dtype=low_dtype, device=device, chunk=self.chunk_size
+            )
         )
         ranks = positive_ranks(
             qe,

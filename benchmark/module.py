@@ -156,9 +156,13 @@ class MetricLearningModule(pl.LightningModule):
         self._eval_parts.setdefault(loader_idx, []).append((batch_idx, embeddings, labels, cameras))
 
     def _evaluate(self, stage: Literal["val", "test"], loaders) -> None:
-        if not self._eval_parts:
-            return
         loaders = _as_list(loaders)
+        for idx, loader in enumerate(loaders):
+            if len(loader) == 0:
+                raise ValueError(
+                    f"MetricLearningModule: {stage} loader {idx} ({['query', 'gallery'][idx]}) "
+                    "is empty; the datamodule built an empty evaluation set"
+                )
         query = self._gathered(0, loaders[0])
         gallery = self._gathered(1, loaders[1]) if len(loaders) > 1 else None
         if self.protocol == "query_gallery" and gallery is None:
@@ -195,13 +199,19 @@ class MetricLearningModule(pl.LightningModule):
 
     def _gathered(self, loader_idx: int, loader) -> tuple[Tensor, Tensor, Tensor]:
         """This loader's embeddings, labels, cameras from all ranks, in dataset order, once each."""
-        batch_ids, *parts = zip(*self._eval_parts[loader_idx], strict=True)
-        embeddings, labels, cameras = (torch.cat(t) for t in parts)
+        parts = self._eval_parts.get(loader_idx, [])
         if self.trainer.world_size == 1:
-            return embeddings, labels, cameras
+            _, *columns = zip(*parts, strict=True)
+            return tuple(torch.cat(t) for t in columns)
+        if parts:
+            batch_ids, *columns = zip(*parts, strict=True)
+            embeddings, labels, cameras = (torch.cat(t) for t in columns)
+        else:  # fewer batches than ranks (e.g. fast_dev_run): this rank still joins the gather
+            batch_ids, embeddings = (), torch.empty(0, 0, device=self.device)
+            labels = cameras = torch.empty(0, dtype=torch.long, device=self.device)
         # Eval samplers do not shuffle: batch b of this rank holds dataset items batches[b].
         batches = _sampled_batches(loader)
-        order = torch.tensor([i for b in batch_ids for i in batches[b]], device=labels.device)
+        order = torch.tensor([i for b in batch_ids for i in batches[b]], dtype=torch.long)
         index, embeddings, labels, cameras = (
             self._all_gather_rows(t) for t in (order, embeddings, labels, cameras)
         )
@@ -212,12 +222,12 @@ class MetricLearningModule(pl.LightningModule):
         return embeddings[keep], labels[keep], cameras[keep]
 
     def _all_gather_rows(self, rows: Tensor) -> Tensor:
-        """Concatenate `rows` [n_r, ...] of every rank r (the n_r may differ)."""
-        sizes = self.all_gather(torch.tensor(len(rows), device=self.device)).flatten()  # [W]
-        padded = rows.new_zeros((int(sizes.max()), *rows.shape[1:]))
-        padded[: len(rows)] = rows
+        """Concatenate `rows` [n_r, ...] of every rank r (n_r may differ, and be 0 as [0, 0])."""
+        shapes = self.all_gather(torch.tensor(rows.shape, device=self.device))  # [W, ndim]
+        padded = rows.new_zeros(shapes.amax(dim=0).tolist())
+        padded[tuple(slice(0, n) for n in rows.shape)] = rows
         gathered = self.all_gather(padded.to(self.device))  # [W, max n, ...]
-        return torch.cat([gathered[r, : int(n)] for r, n in enumerate(sizes)])
+        return torch.cat([gathered[r, : int(shape[0])] for r, shape in enumerate(shapes)])
 
 
 def _as_list(loaders) -> list:

@@ -86,5 +86,5 @@ def check_images_present(info: DatasetInfo, root: Path, splits: Splits) -> None:
         ("query", splits.query),
         ("gallery", splits.gallery),
     ):
-        if split is not None and len(split) and not Path(split.items[0]).is_file():
+        if split is not None and len(split) and not Path(str(split.items[0])).is_file():
             raise info.missing(root, f"the {name} images, e.g. {split.items[0]}")

@@ -92,14 +92,12 @@ def query_gallery_split(split: Split, *, seed: int) -> tuple[Split, Split]:
     return split.subset(query), split.subset([i for i in range(len(split)) if i not in chosen])
 
 
-def carve_validation(
-    train: Split, num_classes: int, *, seed: int, protocol: Protocol
-) -> tuple[Split, Splits]:
+def carve_validation(train: Split, num_classes: int, *, seed: int, protocol: Protocol) -> Splits:
     """Move `num_classes` random training classes (chosen by `seed`) into a validation split.
 
-    Returns the remaining training split (relabelled 0..C-1) and the class-disjoint validation
-    `Splits` whose `train` is that same remaining split. Under `same_set` all validation images
-    form the query (which is also the gallery); under `query_gallery` they are divided by
+    Returns `Splits` whose `train` is the remaining training split (relabelled 0..C-1) and whose
+    `query` / `gallery` are the class-disjoint validation sets. Under `same_set` all validation
+    images form the query (which is also the gallery); under `query_gallery` they are divided by
     `query_gallery_split`.
     """
     classes = sorted(set(train.labels))
@@ -113,8 +111,8 @@ def carve_validation(
     val = train.subset([i for i, c in enumerate(train.labels) if c in held])
     remaining = relabel(train.subset([i for i, c in enumerate(train.labels) if c not in held]))
     if protocol == "same_set":
-        return remaining, Splits(remaining, val, None)
-    return remaining, Splits(remaining, *query_gallery_split(val, seed=seed))
+        return Splits(remaining, val, None)
+    return Splits(remaining, *query_gallery_split(val, seed=seed))
 
 
 class ImageFileDataset(Dataset):
@@ -131,7 +129,7 @@ class ImageFileDataset(Dataset):
         return len(self.split)
 
     def __getitem__(self, i: int) -> tuple[Tensor, int, int]:
-        path = Path(self.split.items[i])
+        path = Path(str(self.split.items[i]))
         try:
             with Image.open(path) as img:
                 image = img.convert("RGB")  # convert() decodes the whole file: truncation shows
@@ -198,6 +196,17 @@ class RetrievalDataModule(pl.LightningDataModule):
         self._splits: tuple[Split, Splits | None, Splits] | None = None
         self._datasets: dict[str, Dataset] = {}
 
+    @property
+    def root_dir(self) -> Path:
+        """The dataset folder; a clear error for a dataset on disk constructed without one."""
+        if self.root is None:
+            raise ValueError(
+                f"{type(self).__name__}: root is None; pass the dataset folder, "
+                "e.g. --data.init_args.root=<dir> "
+                "(`circlebench data info <dataset>` shows the expected layout)"
+            )
+        return self.root
+
     @abstractmethod
     def verify(self) -> None:
         """Raise FileNotFoundError/ValueError naming the dataset, path, layout and source."""
@@ -221,9 +230,10 @@ class RetrievalDataModule(pl.LightningDataModule):
             test = self.load_splits()
             train, val = relabel(test.train), None
             if self.val_classes:
-                train, val = carve_validation(
+                val = carve_validation(
                     test.train, self.val_classes, seed=self.seed, protocol=self.protocol
                 )
+                train = val.train
             self._splits = (train, val, test)
         return self._splits
 

@@ -119,7 +119,7 @@ class Cars196DataModule(RetrievalDataModule):
         return INFO.counts if self.train_classes == 98 else {}
 
     def verify(self) -> None:
-        check_images_present(INFO, Path(self.root), self.load_splits())
+        check_images_present(INFO, self.root_dir, self.load_splits())
 
     def load_splits(self) -> Splits:
-        return cars196_splits(Path(self.root), self.train_classes)
+        return cars196_splits(self.root_dir, self.train_classes)

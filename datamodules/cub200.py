@@ -52,7 +52,8 @@ def cub200_splits(root: str | Path, train_classes: int = 100) -> Splits:
             f"{root} has classes 1..{largest}, so choose 1 <= train_classes < {largest} "
             "(100 is the official split)"
         )
-    train, test = [], []
+    train: list[str] = []
+    test: list[str] = []
     for image in sorted(paths, key=int):
         (train if classes[image] <= train_classes else test).append(image)
     images = root / "images"
@@ -95,7 +96,7 @@ class CUB200DataModule(RetrievalDataModule):
         return INFO.counts if self.train_classes == 100 else {}
 
     def verify(self) -> None:
-        check_images_present(INFO, Path(self.root), self.load_splits())
+        check_images_present(INFO, self.root_dir, self.load_splits())
 
     def load_splits(self) -> Splits:
-        return cub200_splits(Path(self.root), self.train_classes)
+        return cub200_splits(self.root_dir, self.train_classes)

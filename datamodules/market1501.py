@@ -82,7 +82,7 @@ class Market1501DataModule(RetrievalDataModule):
         super().__init__(root, image_size=image_size, **kwargs)
 
     def verify(self) -> None:
-        check_images_present(INFO, Path(self.root), self.load_splits())
+        check_images_present(INFO, self.root_dir, self.load_splits())
 
     def load_splits(self) -> Splits:
-        return market1501_splits(Path(self.root))
+        return market1501_splits(self.root_dir)

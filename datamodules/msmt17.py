@@ -117,8 +117,8 @@ class MSMT17DataModule(RetrievalDataModule):
         return {**INFO.counts, "train": (32621, 1041)} if self.include_val else INFO.counts
 
     def verify(self) -> None:
-        root = resolve_root(Path(self.root), "list_train.txt", ["MSMT17_V1", "MSMT17_V2"])
+        root = resolve_root(self.root_dir, "list_train.txt", ["MSMT17_V1", "MSMT17_V2"])
         check_images_present(INFO, root, self.load_splits())
 
     def load_splits(self) -> Splits:
-        return msmt17_splits(Path(self.root), self.include_val)
+        return msmt17_splits(self.root_dir, self.include_val)

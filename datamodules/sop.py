@@ -71,7 +71,7 @@ class SOPDataModule(RetrievalDataModule):
         super().__init__(root, **kwargs)
 
     def verify(self) -> None:
-        check_images_present(INFO, Path(self.root), self.load_splits())
+        check_images_present(INFO, self.root_dir, self.load_splits())
 
     def load_splits(self) -> Splits:
-        return sop_splits(Path(self.root))
+        return sop_splits(self.root_dir)

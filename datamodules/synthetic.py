@@ -15,7 +15,14 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from datamodules._render import camera_look, class_look, render_image
-from datamodules.base import ImageSize, RetrievalDataModule, Split, Splits, query_gallery_split
+from datamodules.base import (
+    ImageSize,
+    Protocol,
+    RetrievalDataModule,
+    Split,
+    Splits,
+    query_gallery_split,
+)
 from datamodules.transforms import as_hw
 
 Mode = Literal["fine_grained", "reid"]
@@ -69,7 +76,7 @@ class SyntheticDataModule(RetrievalDataModule):
     """
 
     dataset_name: ClassVar[str] = "synthetic"
-    protocol: ClassVar = "same_set"
+    protocol: ClassVar[Protocol] = "same_set"
     default_recall_ks: ClassVar[tuple[int, ...]] = (1, 2, 4, 8)
 
     def __init__(

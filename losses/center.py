@@ -24,6 +24,7 @@ class CenterLoss(nn.Module):
     """
 
     labels: ClassVar[str] = "class-level"
+    centers: Tensor  # [C, D] buffer
 
     def __init__(
         self, num_classes: int, embedding_dim: int, lambda_: float = 0.003, alpha: float = 0.5

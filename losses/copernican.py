@@ -49,6 +49,7 @@ class CopernicanLoss(nn.Module):
     """
 
     labels: ClassVar[str] = "class-level"
+    planets: Tensor  # [C, D] buffer
 
     def __init__(
         self,

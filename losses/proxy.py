@@ -65,7 +65,8 @@ class SoftmaxLoss(nn.Module):
             with torch.no_grad():
                 sim = F.normalize(x, dim=1) @ F.normalize(weight, dim=1).T
         pos_mask = F.one_hot(labels, self.num_classes).bool()
-        self.last_stats = pair_stats(sim, pos_mask, ~pos_mask, torch.ones_like(labels, dtype=bool))
+        every_anchor = torch.ones_like(labels, dtype=torch.bool)  # cross-entropy is never 0
+        self.last_stats = pair_stats(sim, pos_mask, ~pos_mask, every_anchor)
         return loss
 
 

@@ -7,11 +7,14 @@ similarities they feed the same formula. A source turns `embeddings [B, D]` and 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+_NORM_EPS = 1e-12  # as F.normalize
 
 
 def compute_dtype(tensor: Tensor) -> torch.dtype:
@@ -21,7 +24,7 @@ def compute_dtype(tensor: Tensor) -> torch.dtype:
 
 def check_labels(labels: Tensor, num_classes: int, owner: str) -> None:
     """Raise ValueError unless every label is in [0, num_classes)."""
-    if labels.numel() and (labels.min() < 0 or labels.max() >= num_classes):
+    if ((labels < 0) | (labels >= num_classes)).any():  # one host sync per batch
         top = int(labels.max())
         raise ValueError(
             f"{owner}: labels must lie in [0, {num_classes}), got min {int(labels.min())} and "
@@ -29,27 +32,39 @@ def check_labels(labels: Tensor, num_classes: int, owner: str) -> None:
         )
 
 
-class _SymmetricGram(torch.autograd.Function):
-    """x @ x.T whose backward is one matmul, (G + G.T) @ x, instead of autograd's two."""
+class _Gram(torch.autograd.Function):
+    """x̂ x̂ᵀ [B, B] for x̂ = x / ‖x‖ (or x itself), with a hand-written backward.
+
+    Autograd would run two matmuls for the product and a chain of ops for the normalisation;
+    here the gradient is one matmul, G_x̂ = (G + Gᵀ) x̂, then the projection onto the tangent
+    space of the sphere, (G_x̂ - x̂ ⟨G_x̂, x̂⟩) / ‖x‖ (F.normalize's eps: no projection below it).
+    """
 
     @staticmethod
-    def forward(ctx, x: Tensor) -> Tensor:
-        ctx.save_for_backward(x)
-        return x @ x.T
+    def forward(ctx, x: Tensor, normalize: bool) -> Tensor:  # type: ignore[override]
+        norm = x.norm(dim=1, keepdim=True) if normalize else None  # [B, 1]
+        x_hat = x / norm.clamp_min(_NORM_EPS) if norm is not None else x
+        ctx.save_for_backward(x_hat, norm)
+        return x_hat @ x_hat.T
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:
-        (x,) = ctx.saved_tensors
-        return (grad + grad.T) @ x
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        x_hat, norm = ctx.saved_tensors
+        grad_x_hat = (grad + grad.T) @ x_hat  # [B, D]
+        if norm is None:
+            return grad_x_hat, None
+        radial = torch.where(norm > _NORM_EPS, (grad_x_hat * x_hat).sum(1, keepdim=True), 0.0)
+        return (grad_x_hat - x_hat * radial) / norm.clamp_min(_NORM_EPS), None
 
 
-class SimilaritySource(nn.Module):
+class SimilaritySource(nn.Module, ABC):
     """Base class: `forward(embeddings [B, D], labels [B]) -> (sim [B, N], pos_mask, neg_mask)`."""
 
     labels: ClassVar[str]
 
+    @abstractmethod
     def forward(self, embeddings: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        raise NotImplementedError(f"{type(self).__name__} must implement forward")
+        """Similarities [B, N] and boolean positive / negative masks [B, N]."""
 
     @staticmethod
     def _check_batch(embeddings: Tensor, labels: Tensor) -> None:
@@ -77,10 +92,7 @@ class BatchPairs(SimilaritySource):
     def forward(self, embeddings: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         self._check_batch(embeddings, labels)
         with torch.autocast(embeddings.device.type, enabled=False):
-            x = embeddings.to(compute_dtype(embeddings))
-            if self.normalize:
-                x = F.normalize(x, dim=1)
-            sim = _SymmetricGram.apply(x)  # [B, B]
+            sim = _Gram.apply(embeddings.to(compute_dtype(embeddings)), self.normalize)  # [B, B]
         same = labels[:, None] == labels[None, :]  # [B, B]
         pos_mask = same.fill_diagonal_(False)
         neg_mask = labels[:, None] != labels[None, :]

@@ -90,7 +90,6 @@ class PKSampler(Sampler[list[int]]):
         self.class_indices: list[Tensor] = [groups[i] for i in keep]
         self.p, self.k, self.seed = p, k, seed
         self.num_replicas, self.rank = num_replicas, rank
-        self.small_classes = small_classes
         self.epoch = 0
         self._len = batches_per_epoch or max(1, len(labels) // (p * k * num_replicas))
 
@@ -112,7 +111,8 @@ class PKSampler(Sampler[list[int]]):
         num_classes = len(self.class_indices)
         queue: list[int] = []  # positions into self.class_indices, in visiting order
         for b in range(self._len * self.num_replicas):
-            while len(set(queue)) < self.p:
+            # a class is queued at most twice, so 2p entries hold p distinct; skip the set then
+            while len(queue) < 2 * self.p and len(set(queue)) < self.p:
                 queue += torch.randperm(num_classes, generator=gen).tolist()
             chosen = _first_distinct(queue, self.p)
             # every rank draws every batch so the generator stays in step; a rank keeps its stride

@@ -27,7 +27,9 @@ def write_images(
         path = root / f"{label:03d}" / f"{i:04d}_c{cam}.jpg"
         path.parent.mkdir(parents=True, exist_ok=True)
         shape = (20, 24) if gray_every and i % gray_every == 0 else (20, 24, 3)
-        Image.fromarray(rng.integers(0, 255, shape, dtype=np.uint8)).save(path)
+        pixels = rng.integers(0, 255, shape, dtype=np.uint8)
+        if not path.exists():  # several DataModules share one folder: write it once
+            Image.fromarray(pixels).save(path)
         items.append(str(path))
     return Split(items, labels, cameras)
 
@@ -110,7 +112,8 @@ def test_query_gallery_validation_takes_one_query_per_identity_and_camera() -> N
     labels = [1, 1, 1, 1, 2, 2, 2, 3, 3, 4, 4, 4]
     cameras = [0, 0, 1, 1, 0, 0, 0, 0, 1, 2, 2, 3]
     train = Split(list(range(12)), labels, cameras)
-    _, val = carve_validation(train, 3, seed=0, protocol="query_gallery")
+    val = carve_validation(train, 3, seed=0, protocol="query_gallery")
+    assert sorted(set(val.train.labels)) == [0]  # the remaining class, relabelled
     pairs = list(zip(val.query.labels, val.query.cameras, strict=True))
     assert len(pairs) == len(set(pairs))  # one query per (identity, camera)
     assert 2 not in val.query.labels  # seen by one camera only: gallery
@@ -164,3 +167,8 @@ def test_missing_image_raises_naming_the_file(tmp_path: Path) -> None:
     split = Split([str(tmp_path / "gone.jpg")], [0], [-1])
     with pytest.raises(FileNotFoundError, match=r"image file missing: .*gone\.jpg"):
         ImageFileDataset(split, fine_grained_transform(8, train=False))[0]
+
+
+def test_split_lengths_must_agree() -> None:
+    with pytest.raises(ValueError, match=r"differ in length \(2, 1, 2\)"):
+        Split(["a", "b"], [0], [-1, -1])

@@ -89,6 +89,13 @@ def test_missing_root_fails_in_prepare_data_with_the_fix(name: str, tmp_path: Pa
     assert f"circlebench data info {name}" in str(e.value)
 
 
+@pytest.mark.parametrize("name", sorted(DATASETS))
+def test_no_root_fails_with_the_fix(name: str) -> None:
+    dm = datamodule_class(name)(root=None)
+    with pytest.raises(ValueError, match=r"root is None.*--data.init_args.root=<dir>"):
+        dm.prepare_data()
+
+
 def test_metadata_without_images_fails_verify(tmp_path: Path) -> None:
     root = _layouts.write_msmt17(tmp_path, "V1", images=False)
     (root / "train").mkdir()

@@ -1,0 +1,154 @@
+"""`circlebench fit|test` end to end on tiny synthetic data: every loss, rows, resume, W&B."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import benchmark.leaderboard
+from benchmark.cli import main
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+FINE = sorted((EXPERIMENTS / "synthetic" / "fine_grained").glob("*.yaml"))
+CLASS_LEVEL = {"circle_class", "softmax", "normface", "cosface", "arcface", "center"}
+CLASS_LEVEL |= {"copernican", "copernican_l2"}
+# The synthetic configs with a backbone, images and data small enough for ~1 s per run.
+TINY = [
+    "--model.embedder.init_args.backbone=test_efficientnet",
+    "--model.embedder.init_args.pretrained=false",
+    "--data.init_args.image_size=32",
+    "--data.init_args.images_per_class=4",
+    "--data.init_args.eval_batch_size=64",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+    "--wandb=false",
+]
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture(autouse=True)
+def _bare_argv(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LightningCLI warns when given args while sys.argv holds pytest's own."""
+    monkeypatch.setattr(sys, "argv", ["circlebench"])
+
+
+def circlebench(tmp: Path, command: str, config: Path, *args: str) -> list[dict[str, str]]:
+    """Run `circlebench <command>` in-process; return the rows of its results CSV so far."""
+    csv_path = tmp / "runs.csv"
+    main(
+        [
+            command,
+            "--config",
+            str(config),
+            *TINY,
+            f"--results_csv={csv_path}",
+            f"--trainer.default_root_dir={tmp / 'runs'}",
+            *args,
+        ]
+    )
+    with open(csv_path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("config", FINE, ids=lambda p: p.stem)
+def test_fast_dev_run_fit_writes_one_row_for_every_loss(tmp_path: Path, config: Path) -> None:
+    (row,) = circlebench(tmp_path, "fit", config, "--trainer.fast_dev_run=1", "--cell_id=c")
+    assert row["cell_id"] == "c" and row["dataset"] == "synthetic"
+    assert row["labels"] == ("class-level" if config.stem in CLASS_LEVEL else "pair-wise")
+    assert row["backbone"] == "test_efficientnet" and row["image_size"] == "32x32"
+    assert 0.0 <= float(row["R@1"]) <= 100.0 and row["eval_backend"]
+    with np.load(Path(row["run_dir"]) / "similarities.npz") as sims:
+        assert sims["sp"].shape == sims["sn"].shape and sims["sp"].size > 0
+
+
+@pytest.mark.parametrize("name", ["circle_class", "triplet"])
+def test_reid_mode_evaluates_query_against_gallery(tmp_path: Path, name: str) -> None:
+    config = EXPERIMENTS / "synthetic" / "reid" / f"{name}.yaml"
+    (row,) = circlebench(
+        tmp_path, "fit", config, "--trainer.fast_dev_run=1", "--data.init_args.images_per_class=8"
+    )  # 4 cameras: 4 images per id would all be queries
+    assert (row["dataset"], row["protocol"]) == ("synthetic_reid", "query_gallery")
+    assert row["R@5"] != "" and row["mAP"] != ""
+
+
+def test_overrides_are_recorded_in_the_row_and_change_the_config_hash(tmp_path: Path) -> None:
+    config = EXPERIMENTS / "synthetic" / "fine_grained" / "circle.yaml"
+    circlebench(tmp_path, "fit", config, "--trainer.fast_dev_run=1")
+    rows = circlebench(
+        tmp_path, "fit", config, "--trainer.fast_dev_run=1", "--model.loss.init_args.gamma=64"
+    )
+    assert json.loads(rows[1]["loss_params"])["gamma"] == 64
+    assert rows[0]["config_hash"] != rows[1]["config_hash"]
+
+
+def test_a_class_count_that_disagrees_with_the_data_is_an_actionable_error(tmp_path) -> None:
+    config = EXPERIMENTS / "synthetic" / "fine_grained" / "cosface.yaml"
+    with pytest.raises(ValueError, match=r"set --model\.loss\.init_args\.num_classes=30"):
+        circlebench(
+            tmp_path,
+            "fit",
+            config,
+            "--trainer.fast_dev_run=1",
+            "--data.init_args.num_train_classes=30",
+        )
+
+
+def test_resumed_training_and_test_from_checkpoint_reproduce_the_metrics(tmp_path: Path) -> None:
+    config = EXPERIMENTS / "synthetic" / "fine_grained" / "circle_class.yaml"
+    short = ["--data.init_args.batches_per_epoch=2"]
+    straight = circlebench(tmp_path / "a", "fit", config, *short, "--trainer.max_epochs=2")[0]
+    circlebench(tmp_path / "b", "fit", config, *short, "--trainer.max_epochs=1")
+    (first_half,) = (tmp_path / "b" / "runs").rglob("last.ckpt")
+    resumed = circlebench(
+        tmp_path / "b", "fit", config, *short, "--trainer.max_epochs=2", f"--ckpt_path={first_half}"
+    )[-1]
+    (final,) = (tmp_path / "a" / "runs").rglob("last.ckpt")
+    tested = circlebench(tmp_path / "a", "test", config, *short, f"--ckpt_path={final}")[-1]
+    metrics = ("R@1", "R@2", "R@4", "R@8", "mAP", "MAP@R", "R-Precision")
+    assert [resumed[m] for m in metrics] == [straight[m] for m in metrics]
+    assert [tested[m] for m in metrics] == [straight[m] for m in metrics]
+    assert float(straight["R@1"]) > 0.0 and straight["epochs"] == "2"
+    metrics_csv = Path(straight["run_dir"]) / "metrics.csv"
+    header = metrics_csv.read_text().splitlines()[0].split(",")
+    assert {"train/loss", "train/sp_mean", "train/sn_mean", "train/active_fraction"} <= set(header)
+
+
+def test_a_validation_split_selects_the_checkpoint_the_test_set_evaluates(tmp_path) -> None:
+    config = EXPERIMENTS / "synthetic" / "fine_grained" / "circle.yaml"
+    (row,) = circlebench(
+        tmp_path, "fit", config, "--data.init_args.val_classes=10",
+        "--data.init_args.batches_per_epoch=1", "--trainer.max_epochs=2",
+    )  # fmt: skip
+    run_dir = Path(row["run_dir"])
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
+    header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert "val/R@1" in header and "test/R@1" in header
+
+
+def test_wandb_runs_offline_without_an_account(tmp_path, monkeypatch) -> None:
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_SILENT"):
+        monkeypatch.setenv(name, "")  # recorded, so the teardown restores the original
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc login
+    config = EXPERIMENTS / "synthetic" / "fine_grained" / "triplet.yaml"
+    (row,) = circlebench(
+        tmp_path, "fit", config, "--wandb=true", "--data.init_args.batches_per_epoch=1",
+        "--trainer.max_epochs=1",
+    )  # fmt: skip
+    assert os.environ["WANDB_MODE"] == "offline"
+    assert list((Path(row["run_dir"]) / "wandb").glob("offline-run-*"))
+
+
+def test_dispatcher_sends_leaderboard_arguments_and_rejects_unknown_commands(monkeypatch) -> None:
+    seen: list[list[str]] = []
+    monkeypatch.setattr(benchmark.leaderboard, "main", seen.append)
+    main(["leaderboard", "--suite", "quick"])
+    assert seen == [["--suite", "quick"]]
+    with pytest.raises(SystemExit, match="unknown command 'fitt'; choose one of: fit, validate"):
+        main(["fitt"])

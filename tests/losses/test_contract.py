@@ -1,0 +1,101 @@
+"""One contract every loss keeps: what the training module and the CLI rely on."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import pytest
+import torch
+from torch import nn
+
+import losses
+from losses import (
+    ArcFaceLoss,
+    CenterLoss,
+    CircleLoss,
+    ClassProxies,
+    ContrastiveLoss,
+    CopernicanLoss,
+    CosFaceLoss,
+    LiftedStructureLoss,
+    MultiSimilarityLoss,
+    NormFaceLoss,
+    NPairLoss,
+    SoftmaxLoss,
+    TripletLoss,
+    UnifiedLoss,
+)
+
+C, D = 4, 16
+FACTORIES = {
+    "CircleLoss": lambda: CircleLoss(),
+    "CircleLoss-ClassProxies": lambda: CircleLoss(m=0.25, gamma=64, source=ClassProxies(C, D)),
+    "UnifiedLoss": lambda: UnifiedLoss(),
+    "UnifiedLoss-ClassProxies": lambda: UnifiedLoss(source=ClassProxies(C, D)),
+    "TripletLoss": lambda: TripletLoss(),
+    "MultiSimilarityLoss": lambda: MultiSimilarityLoss(),
+    "LiftedStructureLoss": lambda: LiftedStructureLoss(),
+    "NPairLoss": lambda: NPairLoss(),
+    "ContrastiveLoss": lambda: ContrastiveLoss(),
+    "SoftmaxLoss": lambda: SoftmaxLoss(C, D),
+    "NormFaceLoss": lambda: NormFaceLoss(C, D),
+    "CosFaceLoss": lambda: CosFaceLoss(C, D),
+    "ArcFaceLoss": lambda: ArcFaceLoss(C, D),
+    "CenterLoss": lambda: CenterLoss(C, D, lambda_=0.1),
+    "CopernicanLoss": lambda: CopernicanLoss(C, D, lambda_=0.5, beta=1.0),
+    "CopernicanLoss-l2": lambda: CopernicanLoss(C, D, lambda_=0.5, beta=1.0, variant="l2"),
+}
+
+
+def test_every_exported_loss_is_covered() -> None:
+    exported = {
+        name
+        for name in losses.__all__
+        if name.endswith("Loss") and inspect.isclass(getattr(losses, name))
+    } - {"AMSoftmaxLoss"}
+    assert exported == {name.split("-")[0] for name in FACTORIES}
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_loss_contract(name: str, pk_batch) -> None:
+    torch.manual_seed(0)
+    loss_fn = FACTORIES[name]()
+    assert isinstance(loss_fn, nn.Module) and loss_fn.labels in ("pair-wise", "class-level")
+    embeddings, labels = pk_batch(p=C, k=3, dim=D)
+    embeddings.requires_grad_()
+    before = copy.deepcopy(loss_fn.state_dict())
+    loss = loss_fn(embeddings, labels)
+    assert loss.shape == () and torch.isfinite(loss)
+    assert set(loss_fn.last_stats) == {"sp_mean", "sn_mean", "active_fraction"}
+    for value in loss_fn.last_stats.values():
+        assert value.shape == () and not value.requires_grad and torch.isfinite(value)
+    assert 0 <= loss_fn.last_stats["active_fraction"] <= 1
+
+    params = list(loss_fn.parameters())
+    optimizer = torch.optim.SGD([embeddings, *params], lr=0.1)
+    loss.backward()
+    assert torch.isfinite(embeddings.grad).all() and embeddings.grad.abs().sum() > 0
+    if loss_fn.labels == "class-level":
+        assert params, "class-level losses own proxies or a classifier the optimiser must see"
+        assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in params)
+        optimizer.step()
+        assert any(not torch.equal(p, before[k]) for k, p in loss_fn.named_parameters())
+
+    clone = FACTORIES[name]()
+    clone.load_state_dict(loss_fn.state_dict())
+    loss_fn.eval(), clone.eval()
+    torch.testing.assert_close(clone(embeddings, labels), loss_fn(embeddings, labels))
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_inputs_give_fp32_finite_loss(name: str, dtype, pk_batch) -> None:
+    loss_fn = FACTORIES[name]()
+    embeddings, labels = pk_batch(p=C, k=3, dim=D)
+    embeddings = embeddings.to(dtype).requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = loss_fn(embeddings, labels)
+    loss.backward()
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    assert torch.isfinite(embeddings.grad.float()).all()

@@ -1,0 +1,73 @@
+"""Classification losses against their textbook cross-entropy forms."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from losses import AMSoftmaxLoss, ArcFaceLoss, ClassProxies, CosFaceLoss, NormFaceLoss, SoftmaxLoss
+
+
+def test_softmax_loss_is_linear_classifier_cross_entropy(pk_batch) -> None:
+    embeddings, labels = pk_batch(p=5, k=2, dtype=torch.float64)
+    loss = SoftmaxLoss(5, 8).double()
+    expected = F.cross_entropy(loss.classifier(embeddings), labels)
+    torch.testing.assert_close(loss(embeddings, labels), expected)
+
+
+def test_arcface_adds_the_angle_margin_to_the_target(pk_batch) -> None:
+    embeddings, labels = pk_batch(p=5, k=2, dtype=torch.float64)
+    m, s = 0.3, 8.0
+    loss = ArcFaceLoss(5, 8, m=m, s=s).double()
+    cosine = F.normalize(embeddings, dim=1) @ F.normalize(loss.source.proxies, dim=1).T
+    theta = torch.acos(cosine)
+    assert (theta + m < math.pi).all()  # the plain formula applies to every entry here
+    logits = s * torch.where(F.one_hot(labels, 5).bool(), torch.cos(theta + m), cosine)
+    torch.testing.assert_close(loss(embeddings, labels), F.cross_entropy(logits, labels))
+
+
+def test_arcface_target_stays_finite_and_monotone_past_pi() -> None:
+    sim = torch.linspace(-1, 1, 201, dtype=torch.float64, requires_grad=True)
+    loss = ArcFaceLoss(2, 2, m=0.5)
+    target = loss.margin_sim(sim[:, None].expand(-1, 2), torch.tensor([[True, False]]))[:, 0]
+    target.sum().backward()
+    assert torch.isfinite(sim.grad).all() and (target.diff() > 0).all()
+
+
+def test_am_softmax_is_cosface() -> None:
+    assert AMSoftmaxLoss is CosFaceLoss
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        lambda: SoftmaxLoss(4, 8),
+        lambda: NormFaceLoss(4, 8),
+        lambda: CosFaceLoss(4, 8),
+        lambda: ArcFaceLoss(4, 8),
+        lambda: ClassProxies(4, 8),
+    ],
+)
+def test_label_outside_num_classes_is_an_error(factory) -> None:
+    with pytest.raises(ValueError, match="set num_classes to at least 6"):
+        factory()(torch.randn(3, 8), torch.tensor([0, 5, 1]))
+
+
+@pytest.mark.parametrize(
+    ("factory", "match"),
+    [
+        (lambda: SoftmaxLoss(1, 8), "num_classes must be >= 2"),
+        (lambda: SoftmaxLoss(4, 0), "embedding_dim must be >= 1"),
+        (lambda: NormFaceLoss(4, 8, scale=0), "s \\(scale\\) must be > 0"),
+        (lambda: CosFaceLoss(4, 8, m=1.2), "m must be in"),
+        (lambda: CosFaceLoss(4, 8, s=-1), "must be > 0"),
+        (lambda: ArcFaceLoss(4, 8, m=2.0), "m must be in \\[0, 1.5708\\)"),
+        (lambda: ArcFaceLoss(4, 8, s=0), "must be > 0"),
+    ],
+)
+def test_constructor_rejects_bad_hyper_parameters(factory, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        factory()
