@@ -84,6 +84,13 @@ def _csr(rows: Tensor, cols: Tensor, n_rows: int, n_cols: int, dtype: torch.dtyp
     return torch.sparse_csr_tensor(crow, cols, values, (n_rows, n_cols), check_invariants=False)
 
 
+def _used_rows(q_index: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """Only the queries that `rows` (ascending) names, and rows renumbered into them: a block
+    often touches a few of its chunk's queries, and gathering all of them dominated."""
+    used, rows = torch.unique_consecutive(rows, return_inverse=True)
+    return q_index[used], rows
+
+
 def exact_similarities(
     q: UnitEmbeddings, g: UnitEmbeddings, q_index: Tensor, rows: Tensor, g_index: Tensor
 ) -> Tensor:
@@ -93,6 +100,7 @@ def exact_similarities(
     comes from this one float64 sampled (SDDMM) product, so identical vectors get identical
     values; memory is bounded by gathering at most `piece` gallery rows at a time.
     """
+    q_index, rows = _used_rows(q_index, rows)
     x = unit_rows(q.raw[q_index], q.norms[q_index]).to(torch.float64)  # [B, D]
     out = torch.empty(rows.numel(), dtype=torch.float32)
     piece = max(1, _ROWS_PER_PIECE_BYTES // (8 * q.dim))
@@ -114,6 +122,7 @@ def raw_similarities(
     `rows` must be ascending (a CSR pattern): torch's sampled (SDDMM) product computes only these
     pairs, reading the gallery in place. Within `raw_error(D)` of the reference; float64 [M].
     """
+    q_index, rows = _used_rows(q_index, rows)
     pattern = _csr(rows, g_index, q_index.numel(), g.raw.shape[0], torch.float32)
     dots = torch.sparse.sampled_addmm(pattern, q.raw[q_index], g.raw.T, beta=0.0).values()
     return dots.to(torch.float64) / (q.norms[q_index[rows]] * g.norms[g_index])
