@@ -12,6 +12,8 @@ of the softplus and each softmax runs over the logits of its group.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -86,11 +88,11 @@ def check_margin_and_scale(owner: str, m: float, gamma: float) -> None:
         )
 
 
-class CircleLoss(nn.Module):
-    """Circle loss over pair-wise (default) or class-level similarities, chosen by `source`.
+class PairSimilarityLoss(nn.Module):
+    """Shell shared by Circle and unified loss: a source, (m, gamma), mean over active anchors.
 
-    The loss is the mean over anchors that have at least one positive and one negative; a batch
-    without any such anchor gives 0 (with a gradient of zeros).
+    Subclasses name their per-anchor function in `per_anchor_loss`; an anchor is active when it
+    has at least one positive and one negative, and a batch without any gives 0 (zero gradient).
     """
 
     def __init__(
@@ -107,12 +109,26 @@ class CircleLoss(nn.Module):
         """ "pair-wise" or "class-level", from the similarity source."""
         return self.source.labels
 
+    # The equation, a pure function (sim, pos_mask, neg_mask, *, m, gamma) -> [B]; set by each
+    # subclass as a staticmethod.
+    per_anchor_loss: Callable[..., Tensor]
+
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         sim, pos_mask, neg_mask = self.source(embeddings, labels)
-        per_anchor = circle_loss(sim, pos_mask, neg_mask, m=self.m, gamma=self.gamma)
+        per_anchor = self.per_anchor_loss(sim, pos_mask, neg_mask, m=self.m, gamma=self.gamma)
         active = pos_mask.any(1) & neg_mask.any(1)  # [B]
         self.last_stats = pair_stats(sim, pos_mask, neg_mask, active)
         return per_anchor.sum() / active.sum().clamp_min(1)
 
     def extra_repr(self) -> str:
         return f"m={self.m}, gamma={self.gamma}"
+
+
+class CircleLoss(PairSimilarityLoss):
+    """Circle loss over pair-wise (default) or class-level similarities, chosen by `source`.
+
+    The loss is the mean over anchors that have at least one positive and one negative; a batch
+    without any such anchor gives 0 (with a gradient of zeros).
+    """
+
+    per_anchor_loss = staticmethod(circle_loss)

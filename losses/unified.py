@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from losses.circle import check_margin_and_scale
-from losses.similarity import BatchPairs, SimilaritySource, masked_logsumexp, pair_stats
+from losses.circle import PairSimilarityLoss
+from losses.similarity import masked_logsumexp
 
 
 def unified_loss(
@@ -28,29 +28,7 @@ def unified_loss(
     return F.softplus(lse_n + lse_p)
 
 
-class UnifiedLoss(nn.Module):
+class UnifiedLoss(PairSimilarityLoss):
     """Eq. 1 over pair-wise (default) or class-level similarities; mean over active anchors."""
 
-    def __init__(
-        self, m: float = 0.25, gamma: float = 256.0, source: SimilaritySource | None = None
-    ) -> None:
-        super().__init__()
-        check_margin_and_scale(type(self).__name__, m, gamma)
-        self.m, self.gamma = m, gamma
-        self.source = source if source is not None else BatchPairs()
-        self.last_stats: dict[str, Tensor] = {}
-
-    @property
-    def labels(self) -> str:
-        """ "pair-wise" or "class-level", from the similarity source."""
-        return self.source.labels
-
-    def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
-        sim, pos_mask, neg_mask = self.source(embeddings, labels)
-        per_anchor = unified_loss(sim, pos_mask, neg_mask, m=self.m, gamma=self.gamma)
-        active = pos_mask.any(1) & neg_mask.any(1)
-        self.last_stats = pair_stats(sim, pos_mask, neg_mask, active)
-        return per_anchor.sum() / active.sum().clamp_min(1)
-
-    def extra_repr(self) -> str:
-        return f"m={self.m}, gamma={self.gamma}"
+    per_anchor_loss = staticmethod(unified_loss)
