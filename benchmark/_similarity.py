@@ -12,6 +12,7 @@ identical (or equally similar) items tie.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -81,7 +82,9 @@ def _csr(rows: Tensor, cols: Tensor, n_rows: int, n_cols: int, dtype: torch.dtyp
     crow = torch.zeros(n_rows + 1, dtype=torch.int64)
     crow[1:] = torch.bincount(rows, minlength=n_rows).cumsum(0)
     values = torch.zeros(rows.numel(), dtype=dtype)
-    return torch.sparse_csr_tensor(crow, cols, values, (n_rows, n_cols), check_invariants=False)
+    with warnings.catch_warnings():  # torch warns on every CSR tensor that the API is in beta
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(crow, cols, values, (n_rows, n_cols), check_invariants=False)
 
 
 def _used_rows(q_index: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
