@@ -5,10 +5,11 @@ For a query with positives of reference similarities t_1 ≥ … ≥ t_R, the k-
     position_k = k + #{negatives j : s_j ≥ t_k}          (1-based; ties rank negatives first)
 
 and every metric is a function of these positions. The counts come from one low-precision
-similarity block per query chunk: an item whose shortlist score s̃ is more than ε away from t_k
-is on a known side of it (|s̃ - s| ≤ ε, see `_similarity.shortlist_error`), and only the items
-within ε of some threshold get their exact similarity recomputed. Memory is one block of
-`chunk × N` shortlist scores plus the candidates above each query's lowest threshold.
+similarity block per query chunk, scanned by compiled kernels (`benchmark._scan`): a score s̃
+more than ε_k away from t_k (|s̃ - s| ≤ ε_k, see `_similarity.shortlist_error` and
+`output_error`) is on a known side of it, and only the pairs within ε_k of some threshold get a
+float32 re-check, then, if still unsure, their exact similarity. Memory is one block of
+`chunk × N` shortlist scores plus one threshold and one counter per positive pair.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from benchmark import _scan
 from benchmark._similarity import (
     UnitEmbeddings,
     exact_similarities,
@@ -29,7 +32,7 @@ from benchmark._similarity import (
 )
 
 Block = Callable[[Tensor, Tensor], Tensor]  # (low queries [B, D], low gallery [N, D]) -> [B, N]
-_ROW_SPAN = 8.0  # rows are offset by 8·r so one sorted array serves the whole chunk (|s| < 4)
+_EMPTY = np.iinfo(np.int64).max  # floor of a query without positives: no score reaches it
 
 
 @dataclass(frozen=True)
@@ -45,153 +48,154 @@ class PositiveRanks:
     counts: Tensor
 
 
-def _same_label_pairs(q_labels: Tensor, g_order: Tensor, g_sorted: Tensor) -> tuple[Tensor, Tensor]:
-    """(row, gallery index) of every gallery item sharing the row's label; rows ascending, and
-    gallery indices ascending within a row (g_order is a stable sort)."""
+@dataclass(frozen=True)
+class _Bits:
+    """How a block's scores are read as raw bits: bfloat16 as int16 (shifted into float32's
+    place), float32 as int32."""
+
+    dtype: np.dtype
+    shift: int
+
+    @staticmethod
+    def of(scores: Tensor) -> _Bits:
+        if scores.dtype == torch.bfloat16:
+            return _Bits(np.dtype(np.int16), 16)
+        if scores.dtype == torch.float32:
+            return _Bits(np.dtype(np.int32), 0)
+        raise TypeError(f"similarity blocks must be bfloat16 or float32, got {scores.dtype}")
+
+    def view(self, scores: Tensor) -> np.ndarray:
+        torch_dtype = torch.int16 if self.shift else torch.int32
+        return scores.cpu().contiguous().view(torch_dtype).numpy()
+
+
+@dataclass
+class _Tables:
+    """Ragged per-query thresholds (segment ptr[i]:ptr[i+1], ascending) and their counters."""
+
+    ptr: np.ndarray  # [Q + 1] int64
+    t: np.ndarray  # [P] float64 reference similarities (float32 values)
+    lo: np.ndarray  # [P] int64 keys: scores below lo_k are surely below t_k
+    hi: np.ndarray  # [P] int64 keys: scores at or above hi_k are surely at or above t_k
+    floor: np.ndarray  # [Q] int64 key of the lowest lo (_EMPTY without positives)
+    native: np.ndarray  # [Q] the raw bit pattern that can reach floor (see _scan.native_floors)
+    hist: np.ndarray  # [P + Q] int64: negatives per number of thresholds at or below them
+
+
+def _ceil_keys(x: Tensor) -> np.ndarray:
+    """Keys (sign-magnitude float32 bits, as in `_scan`) of the smallest float32 ≥ x (float64)."""
+    f = x.to(torch.float32)
+    f = torch.where(f.to(torch.float64) < x, torch.nextafter(f, torch.tensor(torch.inf)), f)
+    b = f.view(torch.int32).to(torch.int64)
+    return torch.where(b >= 0, b, -(2**31) - b).numpy()
+
+
+def _tables(rows: Tensor, sims: Tensor, n_rows: int, eps_in: float, out: Tensor) -> _Tables:
+    """Tables for queries 0..n_rows-1 from their positive pairs (rows [P], sims [P] float32);
+    `out` is a sample block output (its dtype sets the output rounding bound)."""
+    counts = torch.bincount(rows, minlength=n_rows)
+    order = torch.argsort(rows * 4.0 + sims.to(torch.float64), stable=True)  # by row, then sim
+    t = sims[order].to(torch.float64)
+    eps = eps_in + output_error(out.dtype, t, eps_in) + 2.0**-30
+    ptr = torch.zeros(n_rows + 1, dtype=torch.int64)
+    ptr[1:] = counts.cumsum(0)
+    ptr_np, lo, hi = ptr.numpy(), _ceil_keys(t - eps), _ceil_keys(t + eps)
+    _scan.monotone_bounds(ptr_np, lo, hi)
+    first = np.minimum(ptr_np[:-1], max(lo.size - 1, 0))
+    floor = np.where(counts.numpy() > 0, lo[first] if lo.size else 0, _EMPTY)
+    bits = _Bits.of(out)
+    native = _scan.native_floors(floor, bits.dtype, bits.shift)
+    hist = np.zeros(t.numel() + n_rows, dtype=np.int64)
+    return _Tables(ptr_np, t.numpy(), lo, hi, floor, native, hist)
+
+
+_ROW_CAP, _COL_CAP = 256, 16  # band slots per row / column before a second pass is needed
+
+
+def _band_pairs(kernel: Callable, n: int, cap: int, args: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """Run a scan kernel over its n rows (or columns): one counting pass that keeps up to `cap`
+    band pairs each, then a filling pass over the few that had more."""
+    sel = np.arange(n, dtype=np.int64)
+    band_n = np.zeros(n, dtype=np.int64)
+    band_q, band_g = np.empty(n * cap, dtype=np.int64), np.empty(n * cap, dtype=np.int64)
+    kernel(*args, sel, cap, band_n, band_q, band_g, False)
+    # Rows that overflowed are redone whole by the filling pass: none of their slots is kept.
+    kept_n = np.where(band_n > cap, 0, band_n)
+    kept = (np.arange(cap)[None, :] < kept_n[:, None]).ravel()
+    band_q, band_g = band_q[kept], band_g[kept]
+    over = np.flatnonzero(band_n > cap)
+    if over.size == 0:
+        return band_q, band_g
+    sizes = band_n[over]
+    starts = np.cumsum(sizes) - sizes
+    more_q, more_g = np.empty(int(sizes.sum()), np.int64), np.empty(int(sizes.sum()), np.int64)
+    kernel(*args, over, cap, starts, more_q, more_g, True)
+    return np.concatenate([band_q, more_q]), np.concatenate([band_g, more_g])
+
+
+def _scan_rows(tab: _Tables, scores: Tensor, row0: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of `scores` are queries row0.., columns gallery positions: (query, column) band."""
+    bits = _Bits.of(scores)
+    args = (bits.view(scores), bits.shift, row0, tab.floor, tab.native, tab.ptr, tab.lo, tab.hi,
+            tab.hist)  # fmt: skip
+    return _band_pairs(_scan.scan_rows, scores.shape[0], _ROW_CAP, args)
+
+
+def _scan_cols(tab: _Tables, scores: Tensor, c0: int, item0: int) -> tuple[np.ndarray, np.ndarray]:
+    """Columns c0.. of `scores` are queries item0.., rows their gallery: (query, row) band."""
+    bits = _Bits.of(scores)
+    args = (bits.view(scores), bits.shift, c0, item0, tab.floor, tab.native, tab.ptr, tab.lo,
+            tab.hi, tab.hist)  # fmt: skip
+    return _band_pairs(_scan.scan_cols, scores.shape[1] - c0, _COL_CAP, args)
+
+
+def _settle(
+    tab: _Tables,
+    q: UnitEmbeddings,
+    g: UnitEmbeddings,
+    q_index: Tensor,
+    pairs: tuple[np.ndarray, np.ndarray],
+    g_index: Tensor | None,
+) -> None:
+    """Count the band pairs (query, gallery position): a float32 look (bfloat16 shortlists
+    only), then exact references for those still within bound of a threshold.
+
+    `q_index` maps table queries to rows of q, `g_index` gallery positions to rows of g.
+    """
+    rows, cols = (torch.from_numpy(a) for a in pairs)
+    if rows.numel() == 0:
+        return
+    gallery = cols if g_index is None else g_index[cols]
+    order = torch.argsort(rows * (int(gallery.max()) + 1) + gallery)  # CSR: by row, then column
+    rows, gallery = rows[order], gallery[order]
+    if g.low.dtype != torch.float32:
+        approx = raw_similarities(q, g, q_index, rows, gallery)
+        unsure = np.zeros(rows.numel(), dtype=np.bool_)
+        eps = raw_error(q.dim) + 2.0**-30
+        _scan.count_values(rows.numpy(), approx.numpy(), tab.ptr, tab.t, eps, tab.hist, unsure)
+        keep = torch.from_numpy(unsure)
+        rows, gallery = rows[keep], gallery[keep]
+        if rows.numel() == 0:
+            return
+    exact = exact_similarities(q, g, q_index, rows, gallery).to(torch.float64)
+    unused = np.zeros(rows.numel(), dtype=np.bool_)
+    _scan.count_values(rows.numpy(), exact.numpy(), tab.ptr, tab.t, 0.0, tab.hist, unused)
+
+
+def _same_label_pairs(q_labels: Tensor, g_sorted: Tensor) -> tuple[Tensor, Tensor]:
+    """(row, position in g_sorted) of every gallery item sharing the row's label; rows
+    ascending, positions ascending within a row."""
     start = torch.searchsorted(g_sorted, q_labels, side="left")
     sizes = torch.searchsorted(g_sorted, q_labels, side="right") - start
     rows = torch.repeat_interleave(torch.arange(q_labels.numel()), sizes)
     offsets = torch.arange(rows.numel()) - torch.repeat_interleave(sizes.cumsum(0) - sizes, sizes)
-    return rows, g_order[start[rows] + offsets]
+    return rows, start[rows] + offsets
 
 
-def _padded_thresholds(rows: Tensor, sims: Tensor, n_rows: int) -> tuple[Tensor, Tensor]:
-    """Positive similarities per row, ascending, padded with +inf: (T [B, Pmax], counts [B])."""
-    counts = torch.bincount(rows, minlength=n_rows)
-    width = int(counts.max().item()) if rows.numel() else 0
-    table = torch.full((n_rows, max(width, 1)), torch.inf, dtype=torch.float32)
-    order = torch.argsort(rows * 4.0 + sims.to(torch.float64), stable=True)  # by row, then sim
-    rows, sims = rows[order], sims[order]
-    column = torch.arange(rows.numel()) - (counts.cumsum(0) - counts)[rows]
-    table[rows, column] = sims
-    return table, counts
-
-
-def _count_below(
-    sorted_keys: Tensor, keys: Tensor, rows: Tensor, width: int, right: bool
-) -> Tensor:
-    """Per key, how many of its row's `width` sorted boundaries lie below (or at, if right)."""
-    found = torch.searchsorted(sorted_keys, keys, right=right)
-    return found - rows * width
-
-
-def _side_counts(
-    table64: Tensor, eps: Tensor, rows: Tensor, values: Tensor
-) -> tuple[Tensor, Tensor]:
-    """For values within eps[row] of the reference: thresholds surely below, and maybe at or below.
-
-    Rows are offset by 8·r so that one sorted array serves the whole chunk (|s| < 4); the
-    padding (+inf thresholds) sits at 8·r + 4, above every value of its row.
-    """
-    n_rows, width = table64.shape
-    offset = torch.arange(n_rows, dtype=torch.float64)[:, None] * _ROW_SPAN
-    upper = (offset + table64 + eps[:, None]).flatten()
-    lower = (offset + table64 - eps[:, None]).flatten()
-    keys = rows * _ROW_SPAN + values
-    surely = _count_below(upper, keys, rows, width, right=False)
-    maybe = _count_below(lower, keys, rows, width, right=True)
-    return surely, maybe
-
-
-def _exact_counts(thresholds: Tensor, sims: Tensor) -> Tensor:
-    """#{m : T[m] ≤ s} for each (threshold row [M, Pmax], similarity [M]) pair, in pieces."""
-    out = torch.empty(sims.numel(), dtype=torch.int64)
-    piece = max(1, 2**24 // thresholds.shape[1])
-    for start in range(0, sims.numel(), piece):
-        rows = thresholds[start : start + piece]
-        out[start : start + piece] = (rows <= sims[start : start + piece, None]).sum(1)
-    return out
-
-
-def _at_least(scores: Tensor, floor: Tensor) -> Tensor:
-    """scores [B, N] ≥ floor [B] per row, as a bool mask.
-
-    bfloat16 compares are slow on the CPU, but for a positive floor the int16 bit patterns
-    order like the values (every negative value, -0 and -inf has the sign bit, so a negative
-    int16), which halves the time of this pass; rows with floor ≤ 0 are redone as floats.
-    """
-    if scores.dtype != torch.bfloat16:
-        return scores >= floor[:, None]
-    mask = scores.view(torch.int16) >= floor.view(torch.int16)[:, None]
-    low = (floor <= 0).nonzero()[:, 0]
-    if low.numel():
-        mask[low] = scores[low] >= floor[low, None]
-    return mask
-
-
-@dataclass
-class _Chunk:
-    """One chunk of queries: its thresholds, bounds and the running negative-count histogram."""
-
-    q_index: Tensor  # [B] query indices
-    table: Tensor  # [B, W] float32 positive similarities, ascending, +inf padded
-    table64: Tensor  # the same in float64, padding at _ROW_SPAN / 2
-    counts: Tensor  # [B] positives per query
-    eps: Tensor  # [B] float64 shortlist bound
-    floor: Tensor  # [B] shortlist cut, block dtype, on the compute device
-    hist: Tensor  # [B * (W + 1)] negatives per count of thresholds below them
-
-
-def _chunk(q: UnitEmbeddings, g: UnitEmbeddings, q_index: Tensor, rows: Tensor,
-           g_index: Tensor, eps_in: float, out: Tensor) -> _Chunk:  # fmt: skip
-    """The chunk's state from its positive pairs (rows, g_index); `out` is a sample block output."""
-    n_rows = q_index.numel()
-    sims = exact_similarities(q, g, q_index, rows, g_index)
-    table, counts = _padded_thresholds(rows, sims, n_rows)
-    finite = torch.isfinite(table)
-    abs_max = torch.where(finite, table.abs(), 0).amax(1)
-    eps = eps_in + output_error(out.dtype, abs_max, eps_in) + 2.0**-30  # [B] float64
-    # Lowest threshold minus ε, nudged down so that rounding to the block dtype stays below it.
-    floor = torch.where(counts > 0, table[:, 0].to(torch.float64) - eps - 2.0**-7, torch.inf)
-    floor = floor.to(device=out.device, dtype=out.dtype)
-    table64 = torch.where(finite, table.to(torch.float64), _ROW_SPAN / 2)
-    hist = torch.zeros(n_rows * (table.shape[1] + 1), dtype=torch.int64)
-    return _Chunk(q_index, table, table64, counts, eps, floor, hist)
-
-
-def _by_row_then_col(idx: Tensor, rows: Tensor, cols: Tensor, n_cols: int) -> Tensor:
-    """`idx` reordered so that (rows, cols)[idx] is ascending by row, then column."""
-    return idx[torch.argsort(rows[idx] * n_cols + cols[idx])]
-
-
-def _add_block(
-    c: _Chunk, q: UnitEmbeddings, g: UnitEmbeddings, scores: Tensor, cols: Tensor | None
-) -> None:
-    """Count the chunk's negatives among `scores [B, M]` (excluded pairs already -inf), the
-    block of gallery items `cols [M]` (None: the whole gallery, in order)."""
-    cand_rows, cand_cols = torch.nonzero(_at_least(scores, c.floor), as_tuple=True)
-    values = scores[cand_rows, cand_cols].to(device="cpu", dtype=torch.float64)
-    cand_rows, cand_cols = cand_rows.cpu(), cand_cols.cpu()
-    if cols is not None:
-        cand_cols = cols[cand_cols]  # ascending within a row no more: the band is re-sorted
-    n_rows, n_cols = c.q_index.numel(), g.raw.shape[0]
-    surely, maybe = _side_counts(c.table64, c.eps, cand_rows, values)
-    band = maybe > surely
-    if band.any() and g.low.dtype != torch.float32:
-        # Second look at the bfloat16 band: float32 dot products of the raw rows (sparse, so
-        # only these pairs are computed), within `raw_error` of the reference.
-        idx = _by_row_then_col(band.nonzero()[:, 0], cand_rows, cand_cols, n_cols)
-        approx = raw_similarities(q, g, c.q_index, cand_rows[idx], cand_cols[idx])
-        eps2 = torch.full((n_rows,), raw_error(q.dim) + 2.0**-30, dtype=torch.float64)
-        surely[idx], maybe[idx] = _side_counts(c.table64, eps2, cand_rows[idx], approx)
-        band = maybe > surely
-    if band.any():
-        idx = _by_row_then_col(band.nonzero()[:, 0], cand_rows, cand_cols, n_cols)
-        exact = exact_similarities(q, g, c.q_index, cand_rows[idx], cand_cols[idx])
-        surely[idx] = _exact_counts(c.table[cand_rows[idx]], exact)
-    width = c.table.shape[1]
-    c.hist += torch.bincount(cand_rows * (width + 1) + surely, minlength=c.hist.numel())
-
-
-def _positions(c: _Chunk) -> Tensor:
-    """Positions [P_chunk] of the chunk's positives from its finished histogram."""
-    width = c.table.shape[1]
-    hist = c.hist.view(-1, width + 1)
-    above = hist.flip(1).cumsum(1).flip(1)[:, 1:]  # above[r, m]: negatives with s ≥ T[r, m]
-    rank_desc = c.counts[:, None] - torch.arange(width)[None, :]  # k of the m-th ascending positive
-    positions = (rank_desc + above).flip(1)  # descending similarity = ascending position
-    valid = (torch.arange(width)[None, :] < c.counts[:, None]).flip(1)
-    return positions[valid]
+def _result(tabs: list[_Tables]) -> PositiveRanks:
+    positions = [torch.from_numpy(_scan.positions(t.ptr, t.hist)) for t in tabs]
+    counts = [torch.from_numpy(np.diff(t.ptr)) for t in tabs]
+    return PositiveRanks(torch.cat(positions), torch.cat(counts))
 
 
 def positive_ranks(
@@ -213,49 +217,54 @@ def positive_ranks(
     """
     eps_in = shortlist_error(q, g)
     out = block(q.low[:1], g.low[:1])  # the block's output dtype and device
+    if same_set:
+        return _same_set_ranks(q, q_labels, block, chunk_size, eps_in, out)
     g_order = torch.argsort(g_labels, stable=True)
     g_sorted = g_labels[g_order]
     # Queries in label order: a chunk then touches few label groups (ranks do not depend on it).
     q_order = torch.argsort(q_labels, stable=True)
-    chunks = []
+    tabs = []
     for start in range(0, q_labels.numel(), chunk_size):
         q_index = q_order[start : start + chunk_size]
-        rows, g_index = _same_label_pairs(q_labels[q_index], g_order, g_sorted)
-        if same_set:
-            positive = g_index != q_index[rows]
-        elif q_cams is not None and g_cams is not None:
+        rows, pos = _same_label_pairs(q_labels[q_index], g_sorted)
+        g_index = g_order[pos]
+        positive = torch.ones_like(rows, dtype=torch.bool)
+        if q_cams is not None and g_cams is not None:
             positive = g_cams[g_index] != q_cams[q_index][rows]
-        else:
-            positive = torch.ones_like(rows, dtype=torch.bool)
-        c = _chunk(q, g, q_index, rows[positive], g_index[positive], eps_in, out)
-        if not same_set:
-            scores = block(q.low[q_index.to(q.low.device)], g.low)  # [B, N]
-            scores[rows.to(scores.device), g_index.to(scores.device)] = -torch.inf  # same id+cam
-            _add_block(c, q, g, scores, None)
-            del scores
-        chunks.append(c)
-    if same_set:
-        _symmetric_blocks(chunks, q, q_labels, block)
-    return PositiveRanks(
-        torch.cat([_positions(c) for c in chunks]), torch.cat([c.counts for c in chunks])
-    )
+        sims = exact_similarities(q, g, q_index, rows[positive], g_index[positive])
+        tab = _tables(rows[positive], sims, q_index.numel(), eps_in, out)
+        scores = block(q.low[q_index.to(q.low.device)], g.low)  # [B, N]
+        scores[rows.to(scores.device), g_index.to(scores.device)] = -torch.inf  # not negatives
+        _settle(tab, q, g, q_index, _scan_rows(tab, scores, 0), None)
+        del scores
+        tabs.append(tab)
+    return _result(tabs)
 
 
-def _symmetric_blocks(
-    chunks: list[_Chunk], q: UnitEmbeddings, labels: Tensor, block: Block
-) -> None:
-    """same_set: each block of the upper triangle is computed once and serves both the row
-    chunk's queries and (transposed) the column chunk's. Same-label pairs (the query itself and
-    its positives) are excluded from the negatives."""
-    device = q.low.device
-    for a, ca in enumerate(chunks):
-        low_a = q.low[ca.q_index.to(device)]
-        for cb in chunks[a:]:
-            scores = block(low_a, q.low[cb.q_index.to(device)])  # [Ba, Bb]
-            la, lb = labels[ca.q_index], labels[cb.q_index]
-            if la[-1] >= lb[0]:  # queries are in label order: only then can labels meet
-                same = (la[:, None] == lb[None, :]).to(scores.device)
-                scores.masked_fill_(same, -torch.inf)
-            _add_block(ca, q, q, scores, cb.q_index)
-            if cb is not ca:
-                _add_block(cb, q, q, scores.T.contiguous(), ca.q_index)  # strided reads: 10x slower
+def _same_set_ranks(
+    q: UnitEmbeddings, labels: Tensor, block: Block, chunk_size: int, eps_in: float, out: Tensor
+) -> PositiveRanks:
+    """same_set: items in label order; panel p holds rows [s, e) × columns [s, N), so every
+    pair is computed once. Rows count the panel's own queries, columns ≥ e (transposed) count
+    the later ones; same-label pairs (the item itself and its positives) are not negatives.
+    """
+    order = torch.argsort(labels, stable=True)
+    lab = labels[order]
+    n = lab.numel()
+    rows, pos = _same_label_pairs(lab, lab)
+    positive = pos != rows
+    sims = exact_similarities(q, q, order, rows[positive], order[pos[positive]])
+    tab = _tables(rows[positive], sims, n, eps_in, out)
+    group_end = torch.searchsorted(lab, lab, side="right")
+    low = q.low[order.to(q.low.device)]
+    for s in range(0, n, chunk_size):
+        e = min(n, s + chunk_size)
+        scores = block(low[s:e], low[s:])  # [e - s, n - s]
+        w = int(group_end[e - 1]) - s  # columns [0, w) may share a label with these rows
+        same = (lab[s:e, None] == lab[None, s : s + w]).to(scores.device)
+        scores[:, :w].masked_fill_(same, -torch.inf)
+        _settle(tab, q, q, order, _scan_rows(tab, scores, s), order[s:])
+        if e < n:
+            _settle(tab, q, q, order, _scan_cols(tab, scores, e - s, e), order[s:])
+        del scores
+    return _result([tab])

@@ -150,14 +150,19 @@ def shortlist_error(q: UnitEmbeddings, g: UnitEmbeddings) -> float:
     return a_q * e_g + e_q * a_g + e_q * e_g + gamma_d * a_q * a_g + U32 + 1e-30
 
 
-def output_error(low_out: torch.dtype, thresholds_abs_max: Tensor, eps_in: float) -> Tensor:
-    """Per-row extra bound [B] for rounding the product's output to `low_out`.
+def output_error(low_out: torch.dtype, thresholds: Tensor, eps_in: float) -> Tensor:
+    """Per-threshold extra bound [P] float64 for rounding the product's output to `low_out`.
 
-    bfloat16 has 8 significant bits: rounding a value |v| < 1 moves it by at most 2⁻⁹, and by 2⁻⁸
-    when 1 ≤ |v| < 2. A row whose thresholds all satisfy |t| < 1 - 2ε_in - 2⁻⁸ can use 2⁻⁹: any
-    value that reached |v| ≥ 1 is on the correct side of every threshold even after rounding.
+    bfloat16 keeps 8 significant bits: below a power of two P it moves a value by at most
+    P·2⁻⁹. With P ≥ |t| + ε_in + 2⁻⁷, every value that could be near t lies below P, and a value
+    v with |v| ≥ P still lands on the correct side of t ± (ε_in + P·2⁻⁹) after rounding
+    (|fl(v)| ≥ P ≥ |t| + ε_in + 2⁻⁷ and P·2⁻⁹ < 2⁻⁷). So thresholds in [¼, ½) get 2⁻¹⁰, half
+    the bound of those in [½, 1): a narrower band, fewer pairs to re-check.
     """
+    t = thresholds.to(torch.float64)
     if low_out == torch.float32:
-        return torch.zeros_like(thresholds_abs_max, dtype=torch.float64)
-    small = thresholds_abs_max.to(torch.float64) < 1 - 2 * eps_in - 2.0**-8
-    return torch.where(small, 2.0**-9, 2.0**-8)
+        return torch.zeros_like(t)
+    reach = t.abs() + eps_in + 2.0**-7
+    power = torch.exp2(torch.ceil(torch.log2(reach)))
+    power = torch.where(power < reach, 2 * power, power)  # log2 may round down just above 2^k
+    return power * 2.0**-9
