@@ -109,19 +109,20 @@ def _tables(rows: Tensor, sims: Tensor, n_rows: int, eps_in: float, out: Tensor)
     return _Tables(ptr_np, t.numpy(), lo, hi, floor, native, hist)
 
 
-_ROW_CAP, _COL_CAP = 256, 16  # band slots per row / column before a second pass is needed
+_ROW_CAP, _TILE_CAP = 1024, 16 * _scan.TILE  # band slots per row / column tile before a refill
 
 
 def _band_pairs(kernel: Callable, n: int, cap: int, args: tuple) -> tuple[np.ndarray, np.ndarray]:
-    """Run a scan kernel over its n rows (or columns): one counting pass that keeps up to `cap`
-    band pairs each, then a filling pass over the few that had more."""
+    """Run a scan kernel over its n units (rows, or column tiles): one counting pass that keeps
+    up to `cap` band pairs each, then a filling pass over the few that had more."""
     sel = np.arange(n, dtype=np.int64)
     band_n = np.zeros(n, dtype=np.int64)
     band_q, band_g = np.empty(n * cap, dtype=np.int64), np.empty(n * cap, dtype=np.int64)
     kernel(*args, sel, cap, band_n, band_q, band_g, False)
-    # Rows that overflowed are redone whole by the filling pass: none of their slots is kept.
+    # Units that overflowed are redone whole by the filling pass: none of their slots is kept.
     kept_n = np.where(band_n > cap, 0, band_n)
-    kept = (np.arange(cap)[None, :] < kept_n[:, None]).ravel()
+    kept = np.repeat(np.arange(n) * cap - (np.cumsum(kept_n) - kept_n), kept_n)
+    kept += np.arange(kept.size)  # slot j of unit u sits at u·cap + j
     band_q, band_g = band_q[kept], band_g[kept]
     over = np.flatnonzero(band_n > cap)
     if over.size == 0:
@@ -146,7 +147,8 @@ def _scan_cols(tab: _Tables, scores: Tensor, c0: int, item0: int) -> tuple[np.nd
     bits = _Bits.of(scores)
     args = (bits.view(scores), bits.shift, c0, item0, tab.floor, tab.native, tab.ptr, tab.lo,
             tab.hi, tab.hist)  # fmt: skip
-    return _band_pairs(_scan.scan_cols, scores.shape[1] - c0, _COL_CAP, args)
+    tiles = -(-(scores.shape[1] - c0) // _scan.TILE)
+    return _band_pairs(_scan.scan_cols, tiles, _TILE_CAP, args)
 
 
 def _settle(
@@ -166,18 +168,14 @@ def _settle(
     if rows.numel() == 0:
         return
     gallery = cols if g_index is None else g_index[cols]
-    order = torch.argsort(rows * (int(gallery.max()) + 1) + gallery)  # CSR: by row, then column
-    rows, gallery = rows[order], gallery[order]
     if g.low.dtype != torch.float32:
-        approx = raw_similarities(q, g, q_index, rows, gallery)
+        approx = raw_similarities(q, g, q_index[rows], gallery)
         unsure = np.zeros(rows.numel(), dtype=np.bool_)
         eps = raw_error(q.dim) + 2.0**-30
         _scan.count_values(rows.numpy(), approx.numpy(), tab.ptr, tab.t, eps, tab.hist, unsure)
         keep = torch.from_numpy(unsure)
         rows, gallery = rows[keep], gallery[keep]
-        if rows.numel() == 0:
-            return
-    exact = exact_similarities(q, g, q_index, rows, gallery).to(torch.float64)
+    exact = exact_similarities(q, g, q_index[rows], gallery).to(torch.float64)
     unused = np.zeros(rows.numel(), dtype=np.bool_)
     _scan.count_values(rows.numpy(), exact.numpy(), tab.ptr, tab.t, 0.0, tab.hist, unused)
 
@@ -231,7 +229,7 @@ def positive_ranks(
         positive = torch.ones_like(rows, dtype=torch.bool)
         if q_cams is not None and g_cams is not None:
             positive = g_cams[g_index] != q_cams[q_index][rows]
-        sims = exact_similarities(q, g, q_index, rows[positive], g_index[positive])
+        sims = exact_similarities(q, g, q_index[rows[positive]], g_index[positive])
         tab = _tables(rows[positive], sims, q_index.numel(), eps_in, out)
         scores = block(q.low[q_index.to(q.low.device)], g.low)  # [B, N]
         scores[rows.to(scores.device), g_index.to(scores.device)] = -torch.inf  # not negatives
@@ -253,7 +251,7 @@ def _same_set_ranks(
     n = lab.numel()
     rows, pos = _same_label_pairs(lab, lab)
     positive = pos != rows
-    sims = exact_similarities(q, q, order, rows[positive], order[pos[positive]])
+    sims = exact_similarities(q, q, order[rows[positive]], order[pos[positive]])
     tab = _tables(rows[positive], sims, n, eps_in, out)
     group_end = torch.searchsorted(lab, lab, side="right")
     low = q.low[order.to(q.low.device)]

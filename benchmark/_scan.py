@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-_TILE = 256  # columns per thread in the column pass: contiguous reads, private counters
+TILE = 256  # columns per thread in the column pass: contiguous reads, private counters
 _LINEAR = 16  # segments up to this width are searched linearly, longer ones by bisection
 
 
@@ -116,48 +116,41 @@ def scan_rows(bits, shift, row0, floor, native, ptr, lo, hi, hist, sel, cap, ban
 @njit(parallel=True, nogil=True, cache=True)
 def scan_cols(bits, shift, c0, item0, floor, native, ptr, lo, hi, hist, sel, cap, band_n,
               band_q, band_g, fill):  # fmt: skip
-    """Columns c0 + j, j in `sel`, of `bits [R, C]` as queries item0 + j; rows are their
-    gallery items. The transposed half of a symmetric block; band pairs are (query, row) and
-    the passes work as in `scan_rows`, per column. Columns go to threads in tiles of _TILE:
-    contiguous reads of each row, no two threads on one query.
+    """Column tiles `sel` of `bits [R, C]`: tile t holds columns c0 + t·TILE + j, the queries
+    item0 + t·TILE + j, and rows are their gallery items. The transposed half of a symmetric
+    block; band pairs are (query, row) and the passes work as in `scan_rows`, with a tile (one
+    thread, contiguous reads of each row) as the unit that owns `cap` band slots.
     """
-    n_rows = bits.shape[0]
-    for t in prange((sel.size + _TILE - 1) // _TILE):
-        ta, tb = t * _TILE, min(sel.size, (t + 1) * _TILE)
-        cols = sel[ta:tb] + c0
-        f_native = np.empty(tb - ta, bits.dtype)
-        for j in range(tb - ta):
-            f_native[j] = native[item0 + sel[ta + j]]
-        mask = np.zeros(_TILE, np.uint8)
+    n_rows, n_cols = bits.shape
+    for idx in prange(sel.size):
+        ta = sel[idx] * TILE
+        width = min(n_cols - c0 - ta, TILE)
+        f_native = np.empty(width, bits.dtype)
+        for j in range(width):
+            f_native[j] = native[item0 + ta + j]
+        mask = np.zeros(TILE, np.uint8)
         words = mask.view(np.uint64)
-        hits = np.empty(_TILE, np.int64)
-        gathered = np.empty(tb - ta, bits.dtype)
-        contiguous = sel[tb - 1] - sel[ta] == tb - ta - 1  # the counting pass: a slice is faster
+        hits = np.empty(TILE, np.int64)
         for r in range(n_rows):
-            if contiguous:
-                row = bits[r, cols[0] : cols[0] + tb - ta]
-            else:
-                for j in range(tb - ta):
-                    gathered[j] = bits[r, cols[j]]
-                row = gathered
-            for j in range(tb - ta):
+            row = bits[r, c0 + ta : c0 + ta + width]
+            for j in range(width):
                 mask[j] = row[j] >= f_native[j]
             n_hits = 0
-            for word in range(_TILE // 8):
+            for word in range((width + 7) // 8):
                 if words[word] != 0:
                     for j in range(8 * word, 8 * word + 8):
                         hits[n_hits] = j
                         n_hits += mask[j]
             for h in range(n_hits):
                 j = hits[h]
-                i = item0 + sel[ta + j]
+                i = item0 + ta + j
                 a, b = ptr[i], ptr[i + 1]
                 key = _key(row[j], shift)
                 if a == b or key < floor[i]:
                     continue
                 m = _classify(key, lo, hi, a, b)
                 if m < 0:
-                    _record(fill, ta + j, cap, band_n, band_q, band_g, i, r)
+                    _record(fill, idx, cap, band_n, band_q, band_g, i, r)
                 elif not fill:
                     hist[a + i + m] += 1
 

@@ -12,13 +12,14 @@ identical (or equally similar) items tie.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
-_ROWS_PER_PIECE_BYTES = 64 * 2**20  # float64 working set of one gather step
+from benchmark import _dots
+
 U32 = 2.0**-24  # float32 unit roundoff
 
 
@@ -77,58 +78,33 @@ def prepare(
     return UnitEmbeddings(raw, norms, low, (1 + 1e-3) * (1 + low_error), low_error)
 
 
-def _csr(rows: Tensor, cols: Tensor, n_rows: int, n_cols: int, dtype: torch.dtype) -> Tensor:
-    """Sparsity pattern (zeros) with entries (rows[m], cols[m]); rows ascending."""
-    crow = torch.zeros(n_rows + 1, dtype=torch.int64)
-    crow[1:] = torch.bincount(rows, minlength=n_rows).cumsum(0)
-    values = torch.zeros(rows.numel(), dtype=dtype)
-    with warnings.catch_warnings():  # torch warns on every CSR tensor that the API is in beta
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return torch.sparse_csr_tensor(crow, cols, values, (n_rows, n_cols), check_invariants=False)
-
-
-def _used_rows(q_index: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
-    """Only the queries that `rows` (ascending) names, and rows renumbered into them: a block
-    often touches a few of its chunk's queries, and gathering all of them dominated."""
-    used, rows = torch.unique_consecutive(rows, return_inverse=True)
-    return q_index[used], rows
-
-
 def exact_similarities(
-    q: UnitEmbeddings, g: UnitEmbeddings, q_index: Tensor, rows: Tensor, g_index: Tensor
+    q: UnitEmbeddings, g: UnitEmbeddings, q_rows: Tensor, g_rows: Tensor
 ) -> Tensor:
-    """Reference similarities [M] float32 of the pairs (q_index[rows[m]], g_index[m]).
+    """Reference similarities [M] float32 of the pairs (q_rows[m], g_rows[m]), in any order.
 
-    `rows` must be ascending, and `g_index` ascending within a row. Every reference similarity
-    comes from this one float64 sampled (SDDMM) product, so identical vectors get identical
-    values; memory is bounded by gathering at most `piece` gallery rows at a time.
+    Every reference similarity comes from this one compiled loop (`_dots.unit_dots`), so
+    identical vectors get identical values; memory is the output only.
     """
-    q_index, rows = _used_rows(q_index, rows)
-    x = unit_rows(q.raw[q_index], q.norms[q_index]).to(torch.float64)  # [B, D]
-    out = torch.empty(rows.numel(), dtype=torch.float32)
-    piece = max(1, _ROWS_PER_PIECE_BYTES // (8 * q.dim))
-    for start in range(0, rows.numel(), piece):
-        r, cols = rows[start : start + piece], g_index[start : start + piece]
-        unique, local = torch.unique(cols, return_inverse=True)
-        y = unit_rows(g.raw[unique], g.norms[unique]).to(torch.float64)  # [U, D]
-        pattern = _csr(r, local, x.shape[0], unique.numel(), torch.float64)
-        dots = torch.sparse.sampled_addmm(pattern, x, y.T, beta=0.0).values()
-        out[start : start + piece] = dots.to(torch.float32)
-    return out
+    out = np.empty(q_rows.numel(), dtype=np.float32)
+    _dots.unit_dots(q.raw.numpy(), g.raw.numpy(), _float32(q.norms), _float32(g.norms),
+                    q_rows.numpy(), g_rows.numpy(), out)  # fmt: skip
+    return torch.from_numpy(out)
 
 
 def raw_similarities(
-    q: UnitEmbeddings, g: UnitEmbeddings, q_index: Tensor, rows: Tensor, g_index: Tensor
+    q: UnitEmbeddings, g: UnitEmbeddings, q_rows: Tensor, g_rows: Tensor
 ) -> Tensor:
-    """float32 dot products of raw rows over the float64 norms, for pairs (q_index[rows], g_index).
-
-    `rows` must be ascending (a CSR pattern): torch's sampled (SDDMM) product computes only these
-    pairs, reading the gallery in place. Within `raw_error(D)` of the reference; float64 [M].
+    """float32 dot products of raw rows over the float64 norms, for pairs (q_rows[m], g_rows[m]),
+    in any order. Within `raw_error(D)` of the reference; float64 [M].
     """
-    q_index, rows = _used_rows(q_index, rows)
-    pattern = _csr(rows, g_index, q_index.numel(), g.raw.shape[0], torch.float32)
-    dots = torch.sparse.sampled_addmm(pattern, q.raw[q_index], g.raw.T, beta=0.0).values()
-    return dots.to(torch.float64) / (q.norms[q_index[rows]] * g.norms[g_index])
+    dots = np.empty(q_rows.numel(), dtype=np.float32)
+    _dots.raw_dots(q.raw.numpy(), g.raw.numpy(), q_rows.numpy(), g_rows.numpy(), dots)
+    return torch.from_numpy(dots).to(torch.float64) / (q.norms[q_rows] * g.norms[g_rows])
+
+
+def _float32(norms: Tensor) -> np.ndarray:
+    return norms.to(torch.float32).numpy()
 
 
 def raw_error(dim: int) -> float:

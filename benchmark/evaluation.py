@@ -32,7 +32,32 @@ def _torch_block(device: torch.device) -> Block:
     if device.type == "cuda":
         # bfloat16 inputs, float32 accumulation and output: no output rounding to bound.
         return lambda q, g: torch.mm(q, g.T, out_dtype=torch.float32)
-    return lambda q, g: q @ g.T  # bfloat16 out; AMX/AVX-512 make this ~7x faster than fp32
+    return _CpuBlock()
+
+
+class _CpuBlock:
+    """bfloat16 blocks on the CPU, where AMX/AVX-512 make them ~7x faster than float32.
+
+    Two things halve the product's time (`bench eval`, SOP): one output buffer reused by every
+    call (a fresh 250 MB block per call spends as long in page faults as in the product), and
+    gallery tiles of `_TILE` columns written into it in place (oneDNN keeps a tile's operands
+    in cache; one product over 60k columns runs at two thirds of the speed). The returned block
+    is a view of the buffer: valid until the next call.
+    """
+
+    _TILE = 8192
+
+    def __init__(self) -> None:
+        self._buffer = torch.empty(0, dtype=torch.bfloat16)
+
+    def __call__(self, q: Tensor, g: Tensor) -> Tensor:
+        size = q.shape[0] * g.shape[0]
+        if self._buffer.numel() < size:
+            self._buffer = torch.empty(size, dtype=torch.bfloat16)
+        out = self._buffer[:size].view(q.shape[0], g.shape[0])
+        for c in range(0, g.shape[0], self._TILE):
+            torch.mm(q, g[c : c + self._TILE].T, out=out[:, c : c + self._TILE])
+        return out
 
 
 def _faiss_block(device: torch.device) -> Block:

@@ -129,7 +129,7 @@ def test_wide_blocks_and_overflowing_band_slots_stay_exact(
     for cap in (None, 1):
         if cap:
             monkeypatch.setattr(_ranks, "_ROW_CAP", cap)
-            monkeypatch.setattr(_ranks, "_COL_CAP", cap)
+            monkeypatch.setattr(_ranks, "_TILE_CAP", cap)
         ev = RetrievalEvaluator("same_set", ks, backend=backend, chunk_size=96)
         assert ev.evaluate(emb, labels) == pytest.approx(expected_same, abs=1e-12)
         ev = RetrievalEvaluator("query_gallery", ks, backend=backend, chunk_size=64)
