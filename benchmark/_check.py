@@ -3,6 +3,12 @@
 Metric means are compared in absolute percentage points. Cells present on one side only fail,
 except cells whose data is absent here (skipped, reported) and cells that need data the
 committed leaderboard was produced without (reported, so the committer can add them).
+
+On a machine whose float kernels match the committed leaderboard's (`benchmark._numerics`)
+training is bit for bit the same, so every value must be within `tolerance`. Elsewhere single
+values move by chance (one query of 240 is 0.42 pp), so each cell's mean |delta| over its
+metrics must stay within CELL_MEAN_PP and the mean over all values within MEAN_PP: measured
+between two machines, 2.4 and 0.8 pp; a loss that trains differently moves its cell by more.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from benchmark._fold import SETTINGS
+
+CELL_MEAN_PP, MEAN_PP = 5.0, 2.0  # machines whose float kernels differ: see the docstring
 
 
 @dataclass(frozen=True)
@@ -39,13 +47,36 @@ class CheckReport:
     """Everything `--check` found; `ok` is False when anything must fail the check."""
 
     tolerance: float
+    same_numerics: bool = True
     diffs: list[MetricDiff] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    def failing(self, diff: MetricDiff) -> bool:
+        """A value that fails the check by itself: beyond tolerance on a same-numerics machine,
+        present on one side only anywhere."""
+        return diff.beyond(self.tolerance) if self.same_numerics else diff.beyond(math.inf)
+
+    def cell_means(self) -> dict[str, float]:
+        """Mean |delta| per cell over its metrics present on both sides."""
+        per_cell: dict[str, list[float]] = {}
+        for d in self.diffs:
+            if not math.isnan(d.delta):
+                per_cell.setdefault(d.experiment, []).append(abs(d.delta))
+        return {name: sum(v) / len(v) for name, v in per_cell.items()}
+
+    def mean_delta(self) -> float:
+        finite = [abs(d.delta) for d in self.diffs if not math.isnan(d.delta)]
+        return sum(finite) / len(finite) if finite else 0.0
+
     @property
     def ok(self) -> bool:
-        return not self.failures and not any(d.beyond(self.tolerance) for d in self.diffs)
+        if self.failures or any(self.failing(d) for d in self.diffs):
+            return False
+        if self.same_numerics:
+            return True
+        worst = max(self.cell_means().values(), default=0.0)
+        return worst <= CELL_MEAN_PP and self.mean_delta() <= MEAN_PP
 
     def lines(self) -> list[str]:
         """A readable report: every value that changed, then failures, notes and a verdict."""
@@ -55,7 +86,7 @@ class CheckReport:
             width = max(len(d.experiment) for d in changed)
             out.append(f"{'cell':<{width}}  {'metric':<11} committed  regenerated    delta")
             for d in changed:
-                mark = "  FAIL" if d.beyond(self.tolerance) else ""
+                mark = "  FAIL" if self.failing(d) else ""
                 out.append(
                     f"{d.experiment:<{width}}  {d.metric:<11} {d.committed:>9.2f}  "
                     f"{d.regenerated:>11.2f}  {d.delta:>+7.2f}{mark}"
@@ -63,10 +94,18 @@ class CheckReport:
         out += [f"FAIL: {f}" for f in self.failures] + [f"note: {n}" for n in self.notes]
         finite = [abs(d.delta) for d in self.diffs if not math.isnan(d.delta)]
         largest = max(finite, default=0.0)
+        if self.same_numerics:
+            rule = f"tolerance {self.tolerance:g} pp per value"
+        else:
+            cells = self.cell_means()
+            worst = max(cells, key=cells.__getitem__, default="-")
+            rule = (
+                f"other numerics: mean |delta| {self.mean_delta():.2f} pp (limit {MEAN_PP:g}), "
+                f"worst cell {worst} {cells.get(worst, 0.0):.2f} pp (limit {CELL_MEAN_PP:g})"
+            )
         out.append(
             f"{'OK' if self.ok else 'FAILED'}: {len(self.diffs)} values compared, "
-            f"{len(changed)} changed, largest |delta| {largest:.2f} pp "
-            f"(tolerance {self.tolerance:g} pp)"
+            f"{len(changed)} changed, largest |delta| {largest:.2f} pp ({rule})"
         )
         return out
 
@@ -77,6 +116,7 @@ def compare(
     *,
     tolerance: float,
     skipped: dict[str, str],
+    same_numerics: bool = True,
 ) -> CheckReport:
     """Compare two leaderboards (as from `read_leaderboard`).
 
@@ -84,8 +124,10 @@ def compare(
         tolerance: largest allowed |regenerated − committed| per metric mean, in percentage
             points.
         skipped: experiment → reason, for experiments not run here because their data is absent.
+        same_numerics: whether this machine's float kernels match the committed leaderboard's;
+            if not, cells are compared by their mean |delta| (see the module docstring).
     """
-    report = CheckReport(tolerance)
+    report = CheckReport(tolerance, same_numerics)
     old = committed.set_index("experiment")
     new = regenerated.set_index("experiment")
     for name in old.index.difference(new.index, sort=False):
