@@ -139,7 +139,8 @@ def build(
     requires = {g.name: str(g.requires or "") for g in suite.groups}
     board.insert(2, "requires", board["group"].map(requires))
     write_csv(board, out / "leaderboard.csv")
-    _numerics.write(out, _numerics.fingerprint())
+    if summary.ran:  # the machine that trained; folding elsewhere keeps the stored fingerprint
+        _numerics.write(out, _numerics.fingerprint())
     paper_csv = results_dir / "paper_reference.csv"
     paper = read_paper_reference(paper_csv) if paper_csv.is_file() else pd.DataFrame()
     markdown = leaderboard_markdown(

@@ -276,6 +276,9 @@ def test_check_regenerates_and_compares(
     numerics = project / "results/suites/t" / _numerics.FILE_NAME
     assert numerics.read_text().strip() == _numerics.fingerprint()
     numerics.write_text("0123456789ab\n")
+    leaderboard.main(["--suite", "t", "--fold-only", "--no-wandb"])
+    assert numerics.read_text() == "0123456789ab\n"  # folding trains nothing: it is kept
+    board.to_csv(committed, index=False)  # the +0.6 pp again (folding rewrote the board)
     leaderboard.main(["--suite", "t", "--check", "--tolerance", "0.5", "--no-wandb"])
     assert "committed 0123456789ab" in capfd.readouterr().out
 
