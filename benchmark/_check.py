@@ -57,17 +57,20 @@ class CheckReport:
         present on one side only anywhere."""
         return diff.beyond(self.tolerance) if self.same_numerics else diff.beyond(math.inf)
 
+    def _compared(self) -> list[MetricDiff]:
+        """The values present on both sides (a finite delta)."""
+        return [d for d in self.diffs if not math.isnan(d.delta)]
+
     def cell_means(self) -> dict[str, float]:
         """Mean |delta| per cell over its metrics present on both sides."""
         per_cell: dict[str, list[float]] = {}
-        for d in self.diffs:
-            if not math.isnan(d.delta):
-                per_cell.setdefault(d.experiment, []).append(abs(d.delta))
+        for d in self._compared():
+            per_cell.setdefault(d.experiment, []).append(abs(d.delta))
         return {name: sum(v) / len(v) for name, v in per_cell.items()}
 
     def mean_delta(self) -> float:
-        finite = [abs(d.delta) for d in self.diffs if not math.isnan(d.delta)]
-        return sum(finite) / len(finite) if finite else 0.0
+        compared = self._compared()
+        return sum(abs(d.delta) for d in compared) / len(compared) if compared else 0.0
 
     @property
     def ok(self) -> bool:
@@ -92,8 +95,7 @@ class CheckReport:
                     f"{d.regenerated:>11.2f}  {d.delta:>+7.2f}{mark}"
                 )
         out += [f"FAIL: {f}" for f in self.failures] + [f"note: {n}" for n in self.notes]
-        finite = [abs(d.delta) for d in self.diffs if not math.isnan(d.delta)]
-        largest = max(finite, default=0.0)
+        largest = max((abs(d.delta) for d in self._compared()), default=0.0)
         if self.same_numerics:
             rule = f"tolerance {self.tolerance:g} pp per value"
         else:

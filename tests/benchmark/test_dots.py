@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from benchmark import evaluation
-from benchmark._similarity import exact_similarities, prepare, raw_error, raw_similarities
+from benchmark._similarity import (
+    UnitEmbeddings,
+    exact_similarities,
+    prepare,
+    raw_error,
+    raw_similarities,
+)
 
 
 def embeddings(n: int, dim: int, seed: int) -> torch.Tensor:
@@ -20,6 +26,10 @@ def pairs(n_q: int, n_g: int, m: int, seed: int) -> tuple[torch.Tensor, torch.Te
     return torch.randint(0, n_q, (m,), generator=gen), torch.randint(0, n_g, (m,), generator=gen)
 
 
+def prepared(x: torch.Tensor, chunk: int = 16) -> UnitEmbeddings:
+    return prepare(x, "emb", low_dtype=torch.bfloat16, device=torch.device("cpu"), chunk=chunk)
+
+
 def unit(x: torch.Tensor) -> torch.Tensor:
     return x / torch.linalg.vector_norm(x, dim=1, dtype=torch.float64).float()[:, None]
 
@@ -27,8 +37,7 @@ def unit(x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("dim", [7, 512])
 def test_exact_similarities_are_the_rounded_float64_dot_of_float32_unit_vectors(dim) -> None:
     x, y = embeddings(40, dim, 0), embeddings(50, dim, 1)
-    q = prepare(x, "q", low_dtype=torch.bfloat16, device=torch.device("cpu"), chunk=16)
-    g = prepare(y, "g", low_dtype=torch.bfloat16, device=torch.device("cpu"), chunk=16)
+    q, g = prepared(x), prepared(y)
     rows, cols = pairs(40, 50, 3000, 2)
     got = exact_similarities(q, g, rows, cols)
     want = (unit(x).double() @ unit(y).double().T).float()[rows, cols]
@@ -39,8 +48,7 @@ def test_exact_similarities_are_the_rounded_float64_dot_of_float32_unit_vectors(
 def test_identical_rows_get_identical_exact_similarities() -> None:
     x = embeddings(30, 64, 3)
     y = torch.cat([x[:10], x[:10]])  # gallery items i and i + 10 are the same vector
-    q = prepare(x, "q", low_dtype=torch.bfloat16, device=torch.device("cpu"), chunk=8)
-    g = prepare(y, "g", low_dtype=torch.bfloat16, device=torch.device("cpu"), chunk=8)
+    q, g = prepared(x, 8), prepared(y, 8)
     rows = torch.arange(30).repeat_interleave(10)
     cols = torch.arange(10).repeat(30)
     first, second = exact_similarities(q, g, rows, cols), exact_similarities(q, g, rows, cols + 10)
@@ -50,8 +58,7 @@ def test_identical_rows_get_identical_exact_similarities() -> None:
 @pytest.mark.parametrize("dim", [5, 2048])
 def test_raw_similarities_stay_within_their_bound(dim) -> None:
     x, y = embeddings(30, dim, 4), embeddings(60, dim, 5)
-    q = prepare(x, "q", low_dtype=torch.bfloat16, device=torch.device("cpu"), chunk=16)
-    g = prepare(y, "g", low_dtype=torch.bfloat16, device=torch.device("cpu"), chunk=16)
+    q, g = prepared(x), prepared(y)
     rows, cols = pairs(30, 60, 2000, 6)
     got = raw_similarities(q, g, rows, cols)
     reference = exact_similarities(q, g, rows, cols).double()
@@ -62,7 +69,7 @@ def test_raw_similarities_stay_within_their_bound(dim) -> None:
 
 def test_empty_pair_lists() -> None:
     x = embeddings(4, 8, 7)
-    q = prepare(x, "q", low_dtype=torch.bfloat16, device=torch.device("cpu"), chunk=4)
+    q = prepared(x, 4)
     none = torch.zeros(0, dtype=torch.int64)
     assert exact_similarities(q, q, none, none).numel() == 0
     assert raw_similarities(q, q, none, none).numel() == 0
