@@ -105,6 +105,13 @@ def write_csv(board: pd.DataFrame, path: Path) -> None:
     tmp.replace(path)
 
 
+def write_text(path: Path, text: str) -> None:
+    """Write a leaderboard's text file atomically, like `write_csv`."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def read_leaderboard(path: Path) -> pd.DataFrame:
     """A leaderboard CSV written by `write_csv`: text columns verbatim, metric columns float."""
     board = pd.read_csv(path, dtype=str, keep_default_na=False)

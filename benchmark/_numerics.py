@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
+from benchmark._fold import write_text
+
 FILE_NAME = "leaderboard.numerics"  # beside leaderboard.csv: the fingerprint it was made with
 
 
@@ -54,6 +56,4 @@ def read(folder: Path) -> str | None:
 
 def write(folder: Path, value: str) -> None:
     """Store a fingerprint beside a leaderboard (atomically, like every result file)."""
-    tmp = folder / f".{FILE_NAME}.tmp"
-    tmp.write_text(value + "\n")
-    tmp.replace(folder / FILE_NAME)
+    write_text(folder / FILE_NAME, value + "\n")

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from benchmark import _numerics
 from benchmark._check import compare
-from benchmark._fold import fold_rows, read_leaderboard, read_rows, write_csv
+from benchmark._fold import fold_rows, read_leaderboard, read_rows, write_csv, write_text
 from benchmark._markdown import leaderboard_markdown, read_paper_reference
 from benchmark._plots import write_plots
 from benchmark._runner import (
@@ -150,7 +150,7 @@ def build(
         paper=paper,
         paper_datasets={g.name: g.paper_dataset for g in suite.groups if g.paper_dataset},
     )
-    (out / "leaderboard.md").write_text(markdown)
+    write_text(out / "leaderboard.md", markdown)
     plots = write_plots(board, rows, out / "plots")
     console.print(f"wrote {out / 'leaderboard.csv'}, {out / 'leaderboard.md'}, {len(plots)} plots")
     return board, summary
