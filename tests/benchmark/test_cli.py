@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import benchmark.leaderboard
+import benchmark.leaderboard.command
 from benchmark.cli import main
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
@@ -147,7 +147,7 @@ def test_wandb_runs_offline_without_an_account(tmp_path, monkeypatch) -> None:
 
 def test_dispatcher_sends_leaderboard_arguments_and_rejects_unknown_commands(monkeypatch) -> None:
     seen: list[list[str]] = []
-    monkeypatch.setattr(benchmark.leaderboard, "main", seen.append)
+    monkeypatch.setattr(benchmark.leaderboard.command, "main", seen.append)
     main(["leaderboard", "--suite", "quick"])
     assert seen == [["--suite", "quick"]]
     with pytest.raises(SystemExit, match="unknown command 'fitt'; choose one of: fit, validate"):

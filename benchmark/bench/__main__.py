@@ -1,0 +1,31 @@
+"""Benchmarks (not tests): `python -m benchmark.bench {losses,data,eval,train}`.
+
+Each prints its figures next to a plain baseline measured in the same run, because the
+machines are noisy and only the ratio is comparable across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# What each benchmark measures, and the module that measures it.
+BENCHMARKS = {
+    "losses": ("loss forward+backward time vs plain autograd", "benchmark.bench.losses"),
+    "data": ("training-loader images/s vs torchvision ImageFolder", "benchmark.bench.data"),
+    "eval": ("retrieval evaluation time and peak memory vs full sort", "benchmark.bench.eval"),
+    "train": ("training images/s for the default CPU config", "benchmark.bench.train"),
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmark.bench", description=__doc__)
+    parser.add_argument("what", choices=sorted(BENCHMARKS), help="which benchmark to run")
+    args, rest = parser.parse_known_args(argv)
+    module = importlib.import_module(BENCHMARKS[args.what][1])
+    module.main(rest)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

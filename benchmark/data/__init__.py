@@ -1,0 +1,1 @@
+"""`circlebench data`: the real datasets' catalogue, layout checks and downloads."""

@@ -1,0 +1,202 @@
+"""`circlebench data list|info|verify|download`: the real datasets, their layout and their files.
+
+`verify` parses a root exactly as training will, compares the split sizes with the official
+ones, and opens every image, so a run never dies on a missing or truncated file hours in.
+"""
+
+from __future__ import annotations
+
+import argparse
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from PIL import Image
+from rich.console import Console
+from rich.table import Table
+
+from datamodules.base import RetrievalDataModule, Split
+from datamodules.catalog import DATASETS, datamodule_class
+
+SHOWN = 20  # missing / unreadable files listed by name; the rest are counted
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="circlebench data", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="the datasets, their protocol and official split sizes")
+    info = commands.add_parser("info", help="official source, licence and expected layout")
+    info.add_argument("dataset")
+    verify = commands.add_parser("verify", help="split sizes vs official, missing/bad images")
+    verify.add_argument("dataset")
+    verify.add_argument("--root", type=Path, required=True, help="the dataset folder")
+    verify.add_argument(
+        "--train-classes",
+        type=int,
+        help="cub200/cars196: classes 1..N train (for subsets; official counts then unchecked)",
+    )
+    verify.add_argument("--include-val", action="store_true", help="msmt17: train + list_val")
+    verify.add_argument(
+        "--no-decode", action="store_true", help="only check that the files exist (faster)"
+    )
+    download = commands.add_parser("download", help="fetch + check + extract where possible")
+    download.add_argument("dataset")
+    download.add_argument("--root", type=Path, required=True, help="folder to extract into")
+    download.add_argument("--timeout", type=float, default=10.0, help="network timeout, seconds")
+    return parser
+
+
+def _dataset(name: str) -> type[RetrievalDataModule]:
+    try:
+        return datamodule_class(name)
+    except KeyError as error:
+        raise SystemExit(f"circlebench data: {error.args[0]}") from None
+
+
+def _list(console: Console) -> None:
+    table = Table(title="datasets (the synthetic default needs no files)")
+    for column in ("name", "protocol", "Recall@K", "train", "query", "gallery"):
+        table.add_column(column, no_wrap=True)
+    for name, cls in DATASETS.items():
+        counts = cls.info.counts
+        sizes = [
+            f"{counts[s][0]:,} / {counts[s][1]:,}" if s in counts else "= query"
+            for s in ("train", "query", "gallery")
+        ]
+        ks = ",".join(map(str, cls.default_recall_ks))
+        table.add_row(name, cls.protocol, ks, *sizes)
+    console.print(table)
+    console.print("train / query / gallery: images / classes under the official split")
+
+
+def _info(console: Console, name: str) -> None:
+    cls = _dataset(name)
+    info = cls.info
+    console.print(f"[bold]{info.title}[/bold]  ({name}, class_path datamodules.{cls.__name__})")
+    console.print(f"protocol: {cls.protocol}, Recall@K: {list(cls.default_recall_ks)}")
+    console.print(f"source: {info.homepage}")
+    console.print(f"licence: {info.licence}")
+    console.print(f"expected layout under --root:\n{info.layout}")
+    console.print(f"how to obtain: {info.obtain}")
+    if info.download_url:
+        console.print(f"direct download: circlebench data download {name} --root DIR")
+
+
+def _unreadable(path: str) -> str:
+    """'' if the image decodes completely, else why not."""
+    try:
+        with Image.open(path) as image:
+            # a 1/8-scale JPEG draft still reads every byte, so truncation shows, 8× faster
+            image.draft("RGB", (max(1, image.width // 8), max(1, image.height // 8)))
+            image.load()
+    except FileNotFoundError:
+        return "missing"
+    except Exception as error:  # any decoder failure (OSError, SyntaxError, ...) is the finding
+        return f"{type(error).__name__}: {error}"
+    return ""
+
+
+def _check_files(split: Split, decode: bool) -> tuple[list[str], list[str]]:
+    """(missing, unreadable 'path: why') among the split's files."""
+    paths = [str(p) for p in split.items]
+    if not decode:
+        return [p for p in paths if not Path(p).is_file()], []
+    with ThreadPoolExecutor() as pool:  # PIL decodes without the GIL
+        reasons = list(pool.map(_unreadable, paths))
+    missing = [p for p, why in zip(paths, reasons, strict=True) if why == "missing"]
+    bad = [
+        f"{p}: {why}" for p, why in zip(paths, reasons, strict=True) if why not in ("", "missing")
+    ]
+    return missing, bad
+
+
+def _verify(console: Console, args: argparse.Namespace) -> None:
+    cls = _dataset(args.dataset)
+    options: dict[str, object] = {}
+    if args.train_classes is not None:
+        options["train_classes"] = args.train_classes
+    if args.include_val:
+        options["include_val"] = True
+    try:
+        dm = cls(root=args.root, **options)
+    except TypeError:
+        raise SystemExit(
+            f"circlebench data verify: {args.dataset} takes no --train-classes/--include-val "
+            "(--train-classes: cub200, cars196; --include-val: msmt17)"
+        ) from None
+    try:
+        splits = dm.load_splits()
+    except (FileNotFoundError, ValueError) as error:
+        raise SystemExit(f"circlebench data verify: {error}") from None
+    official = dm.official_counts
+    table = Table(title=f"{cls.info.title} in {args.root}")
+    for column in ("split", "images", "official", "classes", "official", "missing", "unreadable"):
+        table.add_column(column)
+    problems, listed = [], []
+    named = {"train": splits.train, "query": splits.query, "gallery": splits.gallery}
+    for name, split in named.items():
+        if split is None:
+            continue
+        images, classes = len(split), len(set(split.labels))
+        expected = official.get(name)
+        missing, bad = _check_files(split, decode=not args.no_decode)
+        listed += missing + bad
+        if expected is not None and (images, classes) != expected:
+            problems.append(f"{name}: {images:,} images / {classes:,} classes, official {expected}")
+        if missing or bad:
+            problems.append(f"{name}: {len(missing):,} missing, {len(bad):,} unreadable files")
+        shown = [
+            f"{n:,}" if n is not None else "—"
+            for n in (
+                images,
+                expected[0] if expected else None,
+                classes,
+                expected[1] if expected else None,
+            )
+        ]
+        table.add_row(name, *shown, f"{len(missing):,}", f"{len(bad):,}")
+    console.print(table)
+    if not official:
+        console.print("no official counts for this class split: sizes not compared")
+    for line in listed[:SHOWN]:
+        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+    if len(listed) > SHOWN:
+        console.print(f"  ... and {len(listed) - SHOWN} more")
+    if problems:
+        raise SystemExit(f"circlebench data verify {args.dataset}: " + "; ".join(problems))
+    console.print(f"{args.dataset}: OK")
+
+
+def _download(console: Console, args: argparse.Namespace) -> None:
+    from benchmark.data.download import download, extract
+
+    cls = _dataset(args.dataset)
+    info = cls.info
+    if not info.download_url:
+        raise SystemExit(
+            f"circlebench data download: {info.title} has no direct public download. "
+            f"{info.obtain} Source: {info.homepage}. Expected layout:\n{info.layout}"
+        )
+    console.print(f"downloading {info.download_url} (md5 {info.download_md5}) ...")
+    try:
+        archive = download(info.download_url, info.download_md5, args.root, timeout_s=args.timeout)
+        extract(archive, args.root)
+    except (ConnectionError, ValueError) as error:
+        raise SystemExit(f"circlebench data download: {error}") from None
+    console.print(
+        f"extracted {archive.name} into {args.root}; next: "
+        f"circlebench data verify {args.dataset} --root {args.root}"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run one `circlebench data` command; failures exit non-zero with the reason on stderr."""
+    args = _parser().parse_args(argv)
+    console = Console(width=max(Console().width, 110))  # tables are unreadable folded at 80
+    if args.command == "list":
+        _list(console)
+    elif args.command == "info":
+        _info(console, args.dataset)
+    elif args.command == "verify":
+        _verify(console, args)
+    else:
+        _download(console, args)

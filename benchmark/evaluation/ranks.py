@@ -1,0 +1,268 @@
+"""Positions of every positive in each query's ranking, counted without sorting the gallery.
+
+For a query with positives of reference similarities t_1 ≥ … ≥ t_R, the k-th positive sits at
+
+    position_k = k + #{negatives j : s_j ≥ t_k}          (1-based; ties rank negatives first)
+
+and every metric is a function of these positions. The counts come from one low-precision
+similarity block per query chunk, scanned by compiled kernels (`_scan`): a score s̃
+more than ε_k away from t_k (|s̃ - s| ≤ ε_k, see `similarity.shortlist_error` and
+`output_error`) is on a known side of it, and only the pairs within ε_k of some threshold get a
+float32 re-check, then, if still unsure, their exact similarity. Memory is one block of
+`chunk × N` shortlist scores plus one threshold and one counter per positive pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from benchmark.evaluation import _scan
+from benchmark.evaluation.similarity import (
+    UnitEmbeddings,
+    exact_similarities,
+    output_error,
+    raw_error,
+    raw_similarities,
+    shortlist_error,
+)
+
+Block = Callable[[Tensor, Tensor], Tensor]  # (low queries [B, D], low gallery [N, D]) -> [B, N]
+_EMPTY = np.iinfo(np.int64).max  # floor of a query without positives: no score reaches it
+
+
+@dataclass(frozen=True)
+class PositiveRanks:
+    """Positions of the positives, query by query.
+
+    `positions [P]` int64, 1-based and ascending within each query; `counts [Q]` the number of
+    positives R of each query (0 for a skipped query); queries in label order
+    (the metrics are means over queries, so the order does not matter).
+    """
+
+    positions: Tensor
+    counts: Tensor
+
+
+@dataclass(frozen=True)
+class _Bits:
+    """How a block's scores are read as raw bits: bfloat16 as int16 (shifted into float32's
+    place), float32 as int32."""
+
+    dtype: np.dtype
+    shift: int
+
+    @staticmethod
+    def of(scores: Tensor) -> _Bits:
+        if scores.dtype == torch.bfloat16:
+            return _Bits(np.dtype(np.int16), 16)
+        if scores.dtype == torch.float32:
+            return _Bits(np.dtype(np.int32), 0)
+        raise TypeError(f"similarity blocks must be bfloat16 or float32, got {scores.dtype}")
+
+    def view(self, scores: Tensor) -> np.ndarray:
+        torch_dtype = torch.int16 if self.shift else torch.int32
+        return scores.cpu().contiguous().view(torch_dtype).numpy()
+
+
+@dataclass
+class _Tables:
+    """Ragged per-query thresholds (segment ptr[i]:ptr[i+1], ascending) and their counters."""
+
+    ptr: np.ndarray  # [Q + 1] int64
+    t: np.ndarray  # [P] float64 reference similarities (float32 values)
+    lo: np.ndarray  # [P] int64 keys: scores below lo_k are surely below t_k
+    hi: np.ndarray  # [P] int64 keys: scores at or above hi_k are surely at or above t_k
+    floor: np.ndarray  # [Q] int64 key of the lowest lo (_EMPTY without positives)
+    native: np.ndarray  # [Q] the raw bit pattern that can reach floor (see _scan.native_floors)
+    hist: np.ndarray  # [P + Q] int64: negatives per number of thresholds at or below them
+
+
+def _ceil_keys(x: Tensor) -> np.ndarray:
+    """Keys (sign-magnitude float32 bits, as in `_scan`) of the smallest float32 ≥ x (float64)."""
+    f = x.to(torch.float32)
+    f = torch.where(f.to(torch.float64) < x, torch.nextafter(f, torch.tensor(torch.inf)), f)
+    b = f.view(torch.int32).to(torch.int64)
+    return torch.where(b >= 0, b, -(2**31) - b).numpy()
+
+
+def _tables(rows: Tensor, sims: Tensor, n_rows: int, eps_in: float, out: Tensor) -> _Tables:
+    """Tables for queries 0..n_rows-1 from their positive pairs (rows [P], sims [P] float32);
+    `out` is a sample block output (its dtype sets the output rounding bound)."""
+    counts = torch.bincount(rows, minlength=n_rows)
+    order = torch.argsort(rows * 4.0 + sims.to(torch.float64), stable=True)  # by row, then sim
+    t = sims[order].to(torch.float64)
+    eps = eps_in + output_error(out.dtype, t, eps_in) + 2.0**-30
+    ptr = torch.zeros(n_rows + 1, dtype=torch.int64)
+    ptr[1:] = counts.cumsum(0)
+    ptr_np, lo, hi = ptr.numpy(), _ceil_keys(t - eps), _ceil_keys(t + eps)
+    _scan.monotone_bounds(ptr_np, lo, hi)
+    first = np.minimum(ptr_np[:-1], max(lo.size - 1, 0))
+    floor = np.where(counts.numpy() > 0, lo[first] if lo.size else 0, _EMPTY)
+    bits = _Bits.of(out)
+    native = _scan.native_floors(floor, bits.dtype, bits.shift)
+    hist = np.zeros(t.numel() + n_rows, dtype=np.int64)
+    return _Tables(ptr_np, t.numpy(), lo, hi, floor, native, hist)
+
+
+_ROW_CAP, _TILE_CAP = 1024, 16 * _scan.TILE  # band slots per row / column tile before a refill
+
+
+def _band_pairs(kernel: Callable, n: int, cap: int, args: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """Run a scan kernel over its n units (rows, or column tiles): one counting pass that keeps
+    up to `cap` band pairs each, then a filling pass over the few that had more."""
+    sel = np.arange(n, dtype=np.int64)
+    band_n = np.zeros(n, dtype=np.int64)
+    band_q, band_g = np.empty(n * cap, dtype=np.int64), np.empty(n * cap, dtype=np.int64)
+    kernel(*args, sel, cap, band_n, band_q, band_g, False)
+    # Units that overflowed are redone whole by the filling pass: none of their slots is kept.
+    kept_n = np.where(band_n > cap, 0, band_n)
+    kept = np.repeat(np.arange(n) * cap - (np.cumsum(kept_n) - kept_n), kept_n)
+    kept += np.arange(kept.size)  # slot j of unit u sits at u·cap + j
+    band_q, band_g = band_q[kept], band_g[kept]
+    over = np.flatnonzero(band_n > cap)
+    if over.size == 0:
+        return band_q, band_g
+    sizes = band_n[over]
+    starts = np.cumsum(sizes) - sizes
+    more_q, more_g = np.empty(int(sizes.sum()), np.int64), np.empty(int(sizes.sum()), np.int64)
+    kernel(*args, over, cap, starts, more_q, more_g, True)
+    return np.concatenate([band_q, more_q]), np.concatenate([band_g, more_g])
+
+
+def _scan_rows(tab: _Tables, scores: Tensor, row0: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of `scores` are queries row0.., columns gallery positions: (query, column) band."""
+    bits = _Bits.of(scores)
+    args = (bits.view(scores), bits.shift, row0, tab.floor, tab.native, tab.ptr, tab.lo, tab.hi,
+            tab.hist)  # fmt: skip
+    return _band_pairs(_scan.scan_rows, scores.shape[0], _ROW_CAP, args)
+
+
+def _scan_cols(tab: _Tables, scores: Tensor, c0: int, item0: int) -> tuple[np.ndarray, np.ndarray]:
+    """Columns c0.. of `scores` are queries item0.., rows their gallery: (query, row) band."""
+    bits = _Bits.of(scores)
+    args = (bits.view(scores), bits.shift, c0, item0, tab.floor, tab.native, tab.ptr, tab.lo,
+            tab.hi, tab.hist)  # fmt: skip
+    tiles = -(-(scores.shape[1] - c0) // _scan.TILE)
+    return _band_pairs(_scan.scan_cols, tiles, _TILE_CAP, args)
+
+
+def _settle(
+    tab: _Tables,
+    q: UnitEmbeddings,
+    g: UnitEmbeddings,
+    q_index: Tensor,
+    pairs: tuple[np.ndarray, np.ndarray],
+    g_index: Tensor | None,
+) -> None:
+    """Count the band pairs (query, gallery position): a float32 look (bfloat16 shortlists
+    only), then exact references for those still within bound of a threshold.
+
+    `q_index` maps table queries to rows of q, `g_index` gallery positions to rows of g.
+    """
+    rows, cols = (torch.from_numpy(a) for a in pairs)
+    if rows.numel() == 0:
+        return
+    gallery = cols if g_index is None else g_index[cols]
+    if g.low.dtype != torch.float32:
+        approx = raw_similarities(q, g, q_index[rows], gallery)
+        unsure = np.zeros(rows.numel(), dtype=np.bool_)
+        eps = raw_error(q.dim) + 2.0**-30
+        _scan.count_values(rows.numpy(), approx.numpy(), tab.ptr, tab.t, eps, tab.hist, unsure)
+        keep = torch.from_numpy(unsure)
+        rows, gallery = rows[keep], gallery[keep]
+    exact = exact_similarities(q, g, q_index[rows], gallery).to(torch.float64)
+    unused = np.zeros(rows.numel(), dtype=np.bool_)
+    _scan.count_values(rows.numpy(), exact.numpy(), tab.ptr, tab.t, 0.0, tab.hist, unused)
+
+
+def _same_label_pairs(q_labels: Tensor, g_sorted: Tensor) -> tuple[Tensor, Tensor]:
+    """(row, position in g_sorted) of every gallery item sharing the row's label; rows
+    ascending, positions ascending within a row."""
+    start = torch.searchsorted(g_sorted, q_labels, side="left")
+    sizes = torch.searchsorted(g_sorted, q_labels, side="right") - start
+    rows = torch.repeat_interleave(torch.arange(q_labels.numel()), sizes)
+    offsets = torch.arange(rows.numel()) - torch.repeat_interleave(sizes.cumsum(0) - sizes, sizes)
+    return rows, start[rows] + offsets
+
+
+def _result(tabs: list[_Tables]) -> PositiveRanks:
+    positions = [torch.from_numpy(_scan.positions(t.ptr, t.hist)) for t in tabs]
+    counts = [torch.from_numpy(np.diff(t.ptr)) for t in tabs]
+    return PositiveRanks(torch.cat(positions), torch.cat(counts))
+
+
+def positive_ranks(
+    q: UnitEmbeddings,
+    g: UnitEmbeddings,
+    q_labels: Tensor,
+    g_labels: Tensor,
+    *,
+    same_set: bool,
+    q_cams: Tensor | None,
+    g_cams: Tensor | None,
+    block: Block,
+    chunk_size: int,
+) -> PositiveRanks:
+    """Positions of all positives of every query; see the module docstring for the rule.
+
+    Excluded from each query's ranking: itself (`same_set`), and gallery items with its label
+    and its camera (when cameras are given). Junk gallery items must be removed by the caller.
+    """
+    eps_in = shortlist_error(q, g)
+    out = block(q.low[:1], g.low[:1])  # the block's output dtype and device
+    if same_set:
+        return _same_set_ranks(q, q_labels, block, chunk_size, eps_in, out)
+    g_order = torch.argsort(g_labels, stable=True)
+    g_sorted = g_labels[g_order]
+    # Queries in label order: a chunk then touches few label groups (ranks do not depend on it).
+    q_order = torch.argsort(q_labels, stable=True)
+    tabs = []
+    for start in range(0, q_labels.numel(), chunk_size):
+        q_index = q_order[start : start + chunk_size]
+        rows, pos = _same_label_pairs(q_labels[q_index], g_sorted)
+        g_index = g_order[pos]
+        positive = torch.ones_like(rows, dtype=torch.bool)
+        if q_cams is not None and g_cams is not None:
+            positive = g_cams[g_index] != q_cams[q_index][rows]
+        sims = exact_similarities(q, g, q_index[rows[positive]], g_index[positive])
+        tab = _tables(rows[positive], sims, q_index.numel(), eps_in, out)
+        scores = block(q.low[q_index.to(q.low.device)], g.low)  # [B, N]
+        scores[rows.to(scores.device), g_index.to(scores.device)] = -torch.inf  # not negatives
+        _settle(tab, q, g, q_index, _scan_rows(tab, scores, 0), None)
+        del scores
+        tabs.append(tab)
+    return _result(tabs)
+
+
+def _same_set_ranks(
+    q: UnitEmbeddings, labels: Tensor, block: Block, chunk_size: int, eps_in: float, out: Tensor
+) -> PositiveRanks:
+    """same_set: items in label order; panel p holds rows [s, e) × columns [s, N), so every
+    pair is computed once. Rows count the panel's own queries, columns ≥ e (transposed) count
+    the later ones; same-label pairs (the item itself and its positives) are not negatives.
+    """
+    order = torch.argsort(labels, stable=True)
+    lab = labels[order]
+    n = lab.numel()
+    rows, pos = _same_label_pairs(lab, lab)
+    positive = pos != rows
+    sims = exact_similarities(q, q, order[rows[positive]], order[pos[positive]])
+    tab = _tables(rows[positive], sims, n, eps_in, out)
+    group_end = torch.searchsorted(lab, lab, side="right")
+    low = q.low[order.to(q.low.device)]
+    for s in range(0, n, chunk_size):
+        e = min(n, s + chunk_size)
+        scores = block(low[s:e], low[s:])  # [e - s, n - s]
+        w = int(group_end[e - 1]) - s  # columns [0, w) may share a label with these rows
+        same = (lab[s:e, None] == lab[None, s : s + w]).to(scores.device)
+        scores[:, :w].masked_fill_(same, -torch.inf)
+        _settle(tab, q, q, order, _scan_rows(tab, scores, s), order[s:])
+        if e < n:
+            _settle(tab, q, q, order, _scan_cols(tab, scores, e - s, e), order[s:])
+        del scores
+    return _result([tab])

@@ -1,0 +1,144 @@
+"""Exact cosine similarities and the low-precision copies that shortlist them.
+
+The reference similarity of a query x and a gallery item y (float32 inputs) is
+
+    s(x, y) = fp32( Σ_d x̂_d ŷ_d  evaluated in float64 ),   x̂ = x / n_x  in float32,
+
+with n_x = fp32(||x||₂ computed in float64): the float32 cosine similarity of the float32 unit
+vectors, rounded once. Products of two float32 numbers are exact in float64, so the float64 sum
+is within D·2⁻⁵³ of the true dot product whatever the order, and the final rounding makes
+identical (or equally similar) items tie.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from benchmark.evaluation import _dots
+
+U32 = 2.0**-24  # float32 unit roundoff
+
+
+@dataclass(frozen=True)
+class UnitEmbeddings:
+    """Float32 embeddings, their norms and a low-precision unit copy for the shortlist.
+
+    `raw [N, D]` float32 on the CPU (the caller's tensor, not copied), `norms [N]` the float32
+    norms n_x (held as float64), `low [N, D]` the unit vectors in the shortlist dtype on the
+    compute device. `low_norm` bounds ||low_i|| and `low_error` bounds ||x̂_i - low_i||.
+    """
+
+    raw: Tensor
+    norms: Tensor
+    low: Tensor
+    low_norm: float
+    low_error: float
+
+    @property
+    def dim(self) -> int:
+        return self.raw.shape[1]
+
+
+def unit_rows(raw: Tensor, norms: Tensor) -> Tensor:
+    """float32 unit vectors x̂ [n, D] of float32 `raw` rows and their norms n_x [n]."""
+    return raw / norms.to(torch.float32)[:, None]
+
+
+def prepare(
+    raw: Tensor, name: str, *, low_dtype: torch.dtype, device: torch.device, chunk: int
+) -> UnitEmbeddings:
+    """Normalise `raw [N, D]` chunk by chunk (bounded memory) and build the shortlist copy.
+
+    Raises ValueError naming `name` if a row is not finite (its norm is not) or all zeros.
+    """
+    norms = torch.empty(raw.shape[0], dtype=torch.float64)
+    low = torch.empty(raw.shape, dtype=low_dtype, device=device)
+    low_error = 0.0
+    for start in range(0, raw.shape[0], chunk):
+        rows = raw[start : start + chunk]
+        n = torch.linalg.vector_norm(rows, dim=1, dtype=torch.float64).to(torch.float32)
+        bad = ~torch.isfinite(n) | (n == 0)
+        if bool(bad.any()):
+            row = start + int(bad.nonzero()[0])
+            what = "is all zeros" if n[row - start] == 0 else "has NaN or Inf values"
+            raise ValueError(f"{name} row {row} {what}: its cosine similarity is undefined")
+        norms[start : start + chunk] = n
+        unit = rows / n[:, None]
+        part = unit.to(low_dtype)
+        low[start : start + chunk] = part.to(device)
+        unit -= part.to(torch.float32)  # in place: one pass fewer over the chunk
+        low_error = max(low_error, torch.linalg.vector_norm(unit, dim=1).max().item())
+    # float32 norms of D terms are within D·2⁻²⁴ (< 1e-3 for D < 16,000) of the true ones, so
+    # ||x̂|| ≤ 1 + 1e-3 and ||low|| ≤ ||x̂|| + ||x̂ - low|| (saves a norm pass per chunk).
+    low_error *= 1 + 1e-3
+    return UnitEmbeddings(raw, norms, low, (1 + 1e-3) * (1 + low_error), low_error)
+
+
+def exact_similarities(
+    q: UnitEmbeddings, g: UnitEmbeddings, q_rows: Tensor, g_rows: Tensor
+) -> Tensor:
+    """Reference similarities [M] float32 of the pairs (q_rows[m], g_rows[m]), in any order.
+
+    Every reference similarity comes from this one compiled loop (`_dots.unit_dots`), so
+    identical vectors get identical values; memory is the output only.
+    """
+    out = np.empty(q_rows.numel(), dtype=np.float32)
+    _dots.unit_dots(q.raw.numpy(), g.raw.numpy(), _float32(q.norms), _float32(g.norms),
+                    q_rows.numpy(), g_rows.numpy(), out)  # fmt: skip
+    return torch.from_numpy(out)
+
+
+def raw_similarities(
+    q: UnitEmbeddings, g: UnitEmbeddings, q_rows: Tensor, g_rows: Tensor
+) -> Tensor:
+    """float32 dot products of raw rows over the float64 norms, for pairs (q_rows[m], g_rows[m]),
+    in any order. Within `raw_error(D)` of the reference; float64 [M].
+    """
+    dots = np.empty(q_rows.numel(), dtype=np.float32)
+    _dots.raw_dots(q.raw.numpy(), g.raw.numpy(), q_rows.numpy(), g_rows.numpy(), dots)
+    return torch.from_numpy(dots).to(torch.float64) / (q.norms[q_rows] * g.norms[g_rows])
+
+
+def _float32(norms: Tensor) -> np.ndarray:
+    return norms.to(torch.float32).numpy()
+
+
+def raw_error(dim: int) -> float:
+    """Bound on |raw_similarities - s|: float32 accumulation γ_D, the two float32 roundings of
+    x̂ and ŷ (2·2⁻²⁴ relative), and the reference's own rounding (2⁻²⁴)."""
+    return dim * U32 / (1 - dim * U32) + 3.01 * U32
+
+
+def shortlist_error(q: UnitEmbeddings, g: UnitEmbeddings) -> float:
+    """Bound on |s̃ - s| for the shortlist product s̃ = low_q · low_g accumulated in float32.
+
+    With x̂ = x̃ + δx:  x̂·ŷ - x̃·ỹ = x̃·δy + δx·ỹ + δx·δy  (Cauchy-Schwarz on each term), plus the
+    float32 accumulation of D exact products (γ_D·||x̃||·||ỹ||, Higham Thm 3.1), plus the two
+    roundings that separate x̂·ŷ from the reference s (2⁻²⁴ covers both for |s| ≤ 1.01).
+    Rounding of the product's output, if any, is added by the caller (`output_error`).
+    """
+    gamma_d = q.dim * U32 / (1 - q.dim * U32)
+    a_q, a_g, e_q, e_g = q.low_norm, g.low_norm, q.low_error, g.low_error
+    return a_q * e_g + e_q * a_g + e_q * e_g + gamma_d * a_q * a_g + U32 + 1e-30
+
+
+def output_error(low_out: torch.dtype, thresholds: Tensor, eps_in: float) -> Tensor:
+    """Per-threshold extra bound [P] float64 for rounding the product's output to `low_out`.
+
+    bfloat16 keeps 8 significant bits: below a power of two P it moves a value by at most
+    P·2⁻⁹. With P ≥ |t| + ε_in + 2⁻⁷, every value that could be near t lies below P, and a value
+    v with |v| ≥ P still lands on the correct side of t ± (ε_in + P·2⁻⁹) after rounding
+    (|fl(v)| ≥ P ≥ |t| + ε_in + 2⁻⁷ and P·2⁻⁹ < 2⁻⁷). So thresholds in [¼, ½) get 2⁻¹⁰, half
+    the bound of those in [½, 1): a narrower band, fewer pairs to re-check.
+    """
+    t = thresholds.to(torch.float64)
+    if low_out == torch.float32:
+        return torch.zeros_like(t)
+    reach = t.abs() + eps_in + 2.0**-7
+    power = torch.exp2(torch.ceil(torch.log2(reach)))
+    power = torch.where(power < reach, 2 * power, power)  # log2 may round down just above 2^k
+    return power * 2.0**-9

@@ -1,0 +1,171 @@
+"""`--check`: a regenerated leaderboard against the committed one, cell by cell, metric by metric.
+
+Metric means are compared in absolute percentage points. Cells present on one side only fail,
+except cells whose data is absent here (skipped, reported) and cells that need data the
+committed leaderboard was produced without (reported, so the committer can add them).
+
+On a machine whose float kernels match the committed leaderboard's (`numerics`)
+training is bit for bit the same, so every value must be within `tolerance`. Elsewhere single
+values move by chance (one query of 240 is 0.42 pp), so each cell's mean |delta| over its
+metrics must stay within CELL_MEAN_PP and the mean over all values within MEAN_PP: measured
+between two machines, 2.4 and 0.8 pp; a loss that trains differently moves its cell by more.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from benchmark.leaderboard.aggregate import SETTINGS
+
+CELL_MEAN_PP, MEAN_PP = 5.0, 2.0  # machines whose float kernels differ: see the docstring
+
+
+@dataclass(frozen=True)
+class MetricDiff:
+    """One compared value; `delta` = regenerated − committed, in percentage points."""
+
+    experiment: str
+    metric: str
+    committed: float
+    regenerated: float
+
+    @property
+    def delta(self) -> float:
+        return self.regenerated - self.committed
+
+    def beyond(self, tolerance: float) -> bool:
+        if math.isnan(self.committed) or math.isnan(self.regenerated):
+            return math.isnan(self.committed) != math.isnan(self.regenerated)
+        return abs(self.delta) > tolerance
+
+
+@dataclass
+class CheckReport:
+    """Everything `--check` found; `ok` is False when anything must fail the check."""
+
+    tolerance: float
+    same_numerics: bool = True
+    diffs: list[MetricDiff] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def failing(self, diff: MetricDiff) -> bool:
+        """A value that fails the check by itself: beyond tolerance on a same-numerics machine,
+        present on one side only anywhere."""
+        return diff.beyond(self.tolerance) if self.same_numerics else diff.beyond(math.inf)
+
+    def _compared(self) -> list[MetricDiff]:
+        """The values present on both sides (a finite delta)."""
+        return [d for d in self.diffs if not math.isnan(d.delta)]
+
+    def cell_means(self) -> dict[str, float]:
+        """Mean |delta| per cell over its metrics present on both sides."""
+        per_cell: dict[str, list[float]] = {}
+        for d in self._compared():
+            per_cell.setdefault(d.experiment, []).append(abs(d.delta))
+        return {name: sum(v) / len(v) for name, v in per_cell.items()}
+
+    def mean_delta(self) -> float:
+        compared = self._compared()
+        return sum(abs(d.delta) for d in compared) / len(compared) if compared else 0.0
+
+    @property
+    def ok(self) -> bool:
+        if self.failures or any(self.failing(d) for d in self.diffs):
+            return False
+        if self.same_numerics:
+            return True
+        worst = max(self.cell_means().values(), default=0.0)
+        return worst <= CELL_MEAN_PP and self.mean_delta() <= MEAN_PP
+
+    def lines(self) -> list[str]:
+        """A readable report: every value that changed, then failures, notes and a verdict."""
+        changed = [d for d in self.diffs if d.beyond(0.0)]
+        out = []
+        if changed:
+            width = max(len(d.experiment) for d in changed)
+            out.append(f"{'cell':<{width}}  {'metric':<11} committed  regenerated    delta")
+            for d in changed:
+                mark = "  FAIL" if self.failing(d) else ""
+                out.append(
+                    f"{d.experiment:<{width}}  {d.metric:<11} {d.committed:>9.2f}  "
+                    f"{d.regenerated:>11.2f}  {d.delta:>+7.2f}{mark}"
+                )
+        out += [f"FAIL: {f}" for f in self.failures] + [f"note: {n}" for n in self.notes]
+        largest = max((abs(d.delta) for d in self._compared()), default=0.0)
+        if self.same_numerics:
+            rule = f"tolerance {self.tolerance:g} pp per value"
+        else:
+            cells = self.cell_means()
+            worst = max(cells, key=cells.__getitem__, default="-")
+            rule = (
+                f"other numerics: mean |delta| {self.mean_delta():.2f} pp (limit {MEAN_PP:g}), "
+                f"worst cell {worst} {cells.get(worst, 0.0):.2f} pp (limit {CELL_MEAN_PP:g})"
+            )
+        out.append(
+            f"{'OK' if self.ok else 'FAILED'}: {len(self.diffs)} values compared, "
+            f"{len(changed)} changed, largest |delta| {largest:.2f} pp ({rule})"
+        )
+        return out
+
+
+def compare(
+    committed: pd.DataFrame,
+    regenerated: pd.DataFrame,
+    *,
+    tolerance: float,
+    skipped: dict[str, str],
+    same_numerics: bool = True,
+) -> CheckReport:
+    """Compare two leaderboards (as from `read_leaderboard`).
+
+    Args:
+        tolerance: largest allowed |regenerated − committed| per metric mean, in percentage
+            points.
+        skipped: experiment → reason, for experiments not run here because their data is absent.
+        same_numerics: whether this machine's float kernels match the committed leaderboard's;
+            if not, cells are compared by their mean |delta| (see the module docstring).
+    """
+    report = CheckReport(tolerance, same_numerics)
+    old = committed.set_index("experiment")
+    new = regenerated.set_index("experiment")
+    for name in old.index.difference(new.index, sort=False):
+        if name in skipped:
+            report.notes.append(f"{name}: skipped, {skipped[name]}")
+        else:
+            report.failures.append(f"{name}: in the committed leaderboard but not regenerated")
+    for name in new.index.difference(old.index, sort=False):
+        requires = new.at[name, "requires"] if "requires" in new else ""
+        if requires:
+            report.notes.append(
+                f"{name}: regenerated but not committed; the committed leaderboard was made "
+                f"without {requires}: rerun the suite with that data present and commit"
+            )
+        else:
+            report.failures.append(f"{name}: regenerated but missing from the committed file")
+    metrics = sorted(
+        {c for c in [*old.columns, *new.columns] if c.endswith("_mean") and c != "wall_time_s_mean"}
+    )
+    for name in old.index.intersection(new.index, sort=False):
+        for column in (*SETTINGS, "n_seeds"):
+            before, after = _text(old, name, column), _text(new, name, column)
+            if before != after:
+                report.failures.append(f"{name}: {column} changed from {before!r} to {after!r}")
+        for column in metrics:
+            report.diffs.append(
+                MetricDiff(
+                    name, column[: -len("_mean")], _num(old, name, column), _num(new, name, column)
+                )
+            )
+    return report
+
+
+def _text(board: pd.DataFrame, name: str, column: str) -> str:
+    return str(board.at[name, column]) if column in board else ""
+
+
+def _num(board: pd.DataFrame, name: str, column: str) -> float:
+    return float(board.at[name, column]) if column in board else math.nan

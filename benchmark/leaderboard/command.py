@@ -1,0 +1,241 @@
+"""`circlebench leaderboard --suite NAME`: run a suite's grid and fold its rows into a leaderboard.
+
+Outputs, with `R` = `--results-dir` and `O` = the suite's `output` (default `suites/<name>`):
+`R/suites/<name>/rows.csv` (one results row per cell), `R/suites/<name>/{runs,logs}/` (run
+folders and cell logs, not committed), and `R/O/leaderboard.csv`, `R/O/leaderboard.md`,
+`R/O/plots/*.png`. `--check` reruns the suite in a temporary folder and compares its
+leaderboard with `R/O/leaderboard.csv`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+
+from benchmark.leaderboard import numerics
+from benchmark.leaderboard.aggregate import (
+    fold_rows,
+    read_leaderboard,
+    read_rows,
+    write_csv,
+    write_text,
+)
+from benchmark.leaderboard.check import compare
+from benchmark.leaderboard.markdown import leaderboard_markdown, read_paper_reference
+from benchmark.leaderboard.plots import write_plots
+from benchmark.leaderboard.runner import (
+    CellRunner,
+    CellSettings,
+    RunSummary,
+    in_process_runner,
+    run_cells,
+    subprocess_runner,
+    terminal_console,
+)
+from benchmark.leaderboard.suite import Suite, load_suite
+
+DEFAULT_TOLERANCE = 1.0  # percentage points: one flipped query of 160; README says why
+RUNNERS: dict[str, CellRunner] = {"subprocess": subprocess_runner, "in-process": in_process_runner}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="circlebench leaderboard",
+        description="Run a suite (experiments/suites/NAME.yaml) and fold it into a leaderboard.",
+    )
+    parser.add_argument("--suite", required=True, help="suite name, e.g. quick, ci, paper")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="rerun the suite in a temporary folder and compare with the committed leaderboard",
+    )
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        help="--check: largest allowed |difference| of a metric mean, in percentage points",
+    )
+    parser.add_argument("--results-dir", type=Path, default=Path("results"))
+    parser.add_argument("--seeds", type=int, nargs="+", help="replace the suite's seeds")
+    parser.add_argument("--no-wandb", action="store_true", help="no W&B, in cells or leaderboard")
+    parser.add_argument(
+        "--fold-only", action="store_true", help="run nothing; fold the rows already there"
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="cells run at once (subprocess isolation only; each uses the suite's threads)",
+    )
+    parser.add_argument(
+        "--isolation",
+        choices=sorted(RUNNERS),
+        default="subprocess",
+        help="run each cell in a fresh interpreter (default) or in this one",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of `circlebench leaderboard`."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.jobs < 1 or (args.jobs > 1 and args.isolation != "subprocess"):
+        parser.error(f"--jobs must be 1, or more with --isolation subprocess; got {args.jobs}")
+    try:
+        suite = load_suite(args.suite, Path("."), args.seeds)
+    except (KeyError, ValueError, FileNotFoundError) as error:
+        parser.error(str(error.args[0]))
+    console = terminal_console()
+    runner = RUNNERS[args.isolation]
+    if args.check:
+        check(suite, args.results_dir, args.tolerance, runner, console, args.jobs)
+        return
+    board, summary = build(
+        suite,
+        args.results_dir,
+        runner,
+        console,
+        run=not args.fold_only,
+        wandb=not args.no_wandb,
+        jobs=args.jobs,
+    )
+    if not args.no_wandb:
+        log_wandb_table(board, suite, args.results_dir / "suites" / suite.name, console)
+    _finish(summary, console)
+
+
+def build(
+    suite: Suite,
+    results_dir: Path,
+    runner: CellRunner,
+    console: Console,
+    *,
+    run: bool = True,
+    wandb: bool = True,
+    jobs: int = 1,
+) -> tuple[pd.DataFrame, RunSummary]:
+    """Run the suite's unfinished cells (unless `run` is False) and write its leaderboard files.
+
+    Args:
+        wandb: whether the cells log to W&B (offline unless configured).
+        jobs: how many cells run at once.
+    """
+    work = results_dir / "suites" / suite.name
+    rows_csv = work / "rows.csv"
+    summary = RunSummary()
+    if run:
+        settings = CellSettings(rows_csv, work, runner, wandb=wandb, threads=suite.threads)
+        summary = run_cells(suite.cells(), settings, root=Path("."), console=console, jobs=jobs)
+    rows = read_rows(rows_csv)
+    rows = rows[rows["cell_id"].isin({cell.cell_id for cell in suite.cells()})]
+    out = results_dir / suite.output
+    order = {cell.experiment: i for i, cell in enumerate(suite.cells())}
+    board = fold_rows(rows)  # rows are in the order cells finished; the suite's order reads better
+    board = board.sort_values("experiment", key=lambda s: s.map(order)) if len(board) else board
+    if board.empty:
+        console.print(f"no rows for suite {suite.name!r} in {rows_csv}; nothing to fold")
+        return board, summary
+    requires = {g.name: str(g.requires or "") for g in suite.groups}
+    board.insert(2, "requires", board["group"].map(requires))
+    write_csv(board, out / "leaderboard.csv")
+    if summary.ran:  # the machine that trained; folding elsewhere keeps the stored fingerprint
+        numerics.write(out, numerics.fingerprint())
+    paper_csv = results_dir / "paper_reference.csv"
+    paper = read_paper_reference(paper_csv) if paper_csv.is_file() else pd.DataFrame()
+    markdown = leaderboard_markdown(
+        board,
+        title=f"Leaderboard: suite `{suite.name}`",
+        description=suite.description,
+        paper=paper,
+        paper_datasets={g.name: g.paper_dataset for g in suite.groups if g.paper_dataset},
+    )
+    write_text(out / "leaderboard.md", markdown)
+    plots = write_plots(board, rows, out / "plots")
+    console.print(f"wrote {out / 'leaderboard.csv'}, {out / 'leaderboard.md'}, {len(plots)} plots")
+    return board, summary
+
+
+def check(
+    suite: Suite,
+    results_dir: Path,
+    tolerance: float,
+    runner: CellRunner,
+    console: Console,
+    jobs: int = 1,
+) -> None:
+    """Regenerate the suite in a temporary folder and compare with the committed leaderboard."""
+    committed_csv = results_dir / suite.output / "leaderboard.csv"
+    if not committed_csv.is_file():
+        raise SystemExit(
+            f"--check: no committed leaderboard at {committed_csv}; run "
+            f"`circlebench leaderboard --suite {suite.name}` and commit its files first"
+        )
+    scratch = Path(tempfile.mkdtemp(prefix=f"circlebench-check-{suite.name}-"))
+    _, summary = build(suite, scratch, runner, console, wandb=False, jobs=jobs)  # logs nothing
+    fresh_csv = scratch / suite.output / "leaderboard.csv"
+    committed = read_leaderboard(committed_csv)
+    fresh = read_leaderboard(fresh_csv) if fresh_csv.is_file() else committed[:0]
+    made_with, here = numerics.read(committed_csv.parent), numerics.fingerprint()
+    same_machine = made_with == here
+    report = compare(
+        committed, fresh, tolerance=tolerance, skipped=summary.skipped, same_numerics=same_machine
+    )
+    if not same_machine:
+        report.notes.append(
+            f"this machine's float kernels differ from those that made the committed "
+            f"leaderboard (numerics fingerprint {here}, committed {made_with or 'none'}): "
+            f"training diverges by a few ulps per step, so cells are compared by their mean "
+            f"|delta| instead (see README, Leaderboard)"
+        )
+    report.failures += [f"{cell}: run failed ({why})" for cell, why in summary.failed.items()]
+    for line in report.lines():
+        console.print(line, markup=False, highlight=False)
+    if not report.ok:
+        raise SystemExit(f"leaderboard check failed; regenerated files kept in {scratch}")
+    shutil.rmtree(scratch)
+
+
+def log_wandb_table(board: pd.DataFrame, suite: Suite, work: Path, console: Console) -> None:
+    """Log the leaderboard as a `wandb.Table`; offline unless WANDB_MODE says otherwise.
+
+    Never blocks the leaderboard: any W&B problem is printed and skipped.
+    """
+    mode = os.environ.get("WANDB_MODE", "offline")
+    if mode == "disabled" or board.empty:
+        return
+    try:
+        import wandb
+
+        work.mkdir(parents=True, exist_ok=True)
+        run = wandb.init(
+            project="circlebench-leaderboard",
+            name=f"leaderboard-{suite.name}",
+            job_type="leaderboard",
+            mode=mode,
+            dir=str(work),
+            settings=wandb.Settings(init_timeout=30, silent=True),
+        )
+        cells = board.astype(object).where(board.notna(), None)  # W&B columns keep one type
+        run.log({"leaderboard": wandb.Table(dataframe=cells)})
+        run.finish()
+    except Exception as error:  # W&B is optional; the files are the leaderboard of record
+        console.print(f"W&B: leaderboard table not logged ({type(error).__name__}: {error})")
+
+
+def _finish(summary: RunSummary, console: Console) -> None:
+    console.print(
+        f"{len(summary.ran)} run, {len(summary.resumed)} already done, "
+        f"{len(summary.failed)} failed, {len(summary.skipped)} experiment(s) skipped"
+    )
+    for experiment, reason in summary.skipped.items():
+        console.print(f"skipped {experiment}: {reason}")
+    if summary.failed:
+        details = "\n".join(f"  {cell}: {why}" for cell, why in summary.failed.items())
+        raise SystemExit(f"{len(summary.failed)} cell(s) failed:\n{details}")

@@ -1,0 +1,59 @@
+"""A fingerprint of how this machine computes the float operations that training uses.
+
+Training on the CPU is deterministic on one machine, but the math libraries pick their kernels
+by CPU (oneDNN convolutions by instruction set, MKL matrix products by vendor and generation),
+and kernels sum in different orders. A few ulps of difference in one step grow over a run into
+different models: on two machines the same CI suite differs by 0.8 pp per metric on average and
+up to 8 pp on one value (2026-11-23). `--check` therefore compares strictly only when the
+machine that made the committed leaderboard computed these operations bit for bit as this one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+
+from benchmark.leaderboard.aggregate import write_text
+
+FILE_NAME = "leaderboard.numerics"  # beside leaderboard.csv: the fingerprint it was made with
+
+
+def fingerprint() -> str:
+    """12 hex digits hashing the bits of one small forward and backward pass on one CPU thread
+    (the threads of a reproducible suite): convolutions, batch norm, a matrix product, softmax.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(8, 16, 32, 32, generator=gen)
+        conv = torch.randn(32, 16, 3, 3, generator=gen).requires_grad_()
+        depthwise = torch.randn(32, 1, 3, 3, generator=gen).requires_grad_()
+        linear = torch.randn(32 * 16, 256, generator=gen).requires_grad_()
+        h = F.relu6(F.batch_norm(F.conv2d(x, conv, padding=1), None, None, training=True))
+        h = F.conv2d(h, depthwise, stride=2, padding=1, groups=32)
+        h = F.adaptive_avg_pool2d(h, 4).flatten(1) @ linear
+        loss = F.log_softmax(h, dim=1).sum()
+        loss.backward()
+        digest = hashlib.sha256()
+        for t in (h, conv.grad, depthwise.grad, linear.grad):
+            digest.update(t.detach().contiguous().numpy().tobytes())
+        return digest.hexdigest()[:12]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def read(folder: Path) -> str | None:
+    """The fingerprint stored beside a leaderboard, None if it was made without one."""
+    path = folder / FILE_NAME
+    if not path.is_file():
+        return None
+    return path.read_text().strip() or None
+
+
+def write(folder: Path, value: str) -> None:
+    """Store a fingerprint beside a leaderboard (atomically, like every result file)."""
+    write_text(folder / FILE_NAME, value + "\n")

@@ -1,0 +1,185 @@
+"""Running a suite's cells one after another: skip finished ones, log each, show progress.
+
+A cell is finished when the suite's rows CSV holds a row with its `cell_id`, so an interrupted
+suite resumes where it stopped. Each cell's output goes to `<logs>/<cell id>.log`; the
+terminal shows only the progress bar and one line per cell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from benchmark.leaderboard.aggregate import read_rows
+from benchmark.leaderboard.suite import Cell
+
+
+class CellFailedError(RuntimeError):
+    """A cell's `fit` exited with an error; its log file says why."""
+
+
+# (fit arguments, log file, CPU threads or None for torch's default) -> None;
+# raises CellFailedError.
+CellRunner = Callable[[list[str], Path, "int | None"], None]
+
+
+def subprocess_runner(args: list[str], log: Path, threads: int | None) -> None:
+    """Run `python -m benchmark.training.cli <args>` in a fresh interpreter (no shared state)."""
+    env = dict(os.environ)
+    if threads is not None:  # read by torch's OpenMP and MKL pools when they start
+        env |= {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    with log.open("w") as out:
+        command = [sys.executable, "-m", "benchmark.training.cli", *args]
+        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    if done.returncode != 0:
+        raise CellFailedError(f"exit status {done.returncode}")
+
+
+def in_process_runner(args: list[str], log: Path, threads: int | None) -> None:
+    """Call `benchmark.training.cli.main(args)` in this interpreter, its output sent to `log`."""
+    import torch
+
+    from benchmark.training.cli import main as cli_main
+
+    default_threads = torch.get_num_threads()
+    with log.open("w") as out, _redirect_fds(out.fileno()):
+        try:
+            torch.set_num_threads(threads or default_threads)
+            cli_main(args)
+        except SystemExit as exit_:
+            if exit_.code not in (None, 0):
+                raise CellFailedError(f"exit status {exit_.code}") from exit_
+        except Exception as error:
+            raise CellFailedError(f"{type(error).__name__}: {error}") from error
+        finally:
+            torch.set_num_threads(default_threads)
+
+
+@contextlib.contextmanager
+def _redirect_fds(target: int) -> Iterator[None]:
+    # At the descriptor level so that C extensions and already-built logging handlers follow.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    os.dup2(target, 1)
+    os.dup2(target, 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+
+
+def terminal_console() -> Console:
+    """A console on a duplicate of stdout, so the progress bar survives `_redirect_fds`."""
+    return Console(file=os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1))
+
+
+@dataclass
+class RunSummary:
+    """What happened to each cell: run (with seconds), resumed, skipped (reason) or failed."""
+
+    ran: dict[str, float] = field(default_factory=dict)
+    resumed: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def fit_args(cell: Cell, rows_csv: Path, run_root: Path, *, wandb: bool = True) -> list[str]:
+    """The `circlebench fit` command line of one cell; its run folder goes under `run_root`."""
+    return [
+        "fit",
+        "--config",
+        str(cell.config),
+        "--seed_everything",
+        str(cell.seed),
+        "--results_csv",
+        str(rows_csv),
+        "--cell_id",
+        cell.cell_id,
+        f"--trainer.default_root_dir={run_root}",
+        f"--wandb={str(wandb).lower()}",
+        *cell.overrides,
+    ]
+
+
+@dataclass(frozen=True)
+class CellSettings:
+    """How every cell of one suite run is run and where it writes."""
+
+    rows_csv: Path
+    work_dir: Path
+    runner: CellRunner
+    wandb: bool = True
+    threads: int | None = None
+
+
+def run_cells(
+    cells: list[Cell], settings: CellSettings, *, root: Path, console: Console, jobs: int = 1
+) -> RunSummary:
+    """Run every unfinished cell whose data is present; never stops at a failing cell.
+
+    Args:
+        jobs: cells run at once (each with the suite's threads); 1 runs them one after another.
+    """
+    summary = RunSummary()
+    done = set(read_rows(settings.rows_csv)["cell_id"])
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
+        task = progress.add_task("cells", total=len(cells))
+        todo = []
+        for cell in cells:
+            missing = cell.group.missing_data(root)
+            if cell.cell_id in done:
+                summary.resumed.append(cell.cell_id)
+            elif missing is not None:
+                summary.skipped[cell.experiment] = f"data absent: {missing}"
+                progress.console.print(f"[yellow]skip[/] {cell.cell_id}: {missing} is absent")
+            else:
+                todo.append(cell)
+                continue
+            progress.advance(task)
+
+        def run(cell: Cell) -> None:
+            progress.update(task, description=cell.cell_id)
+            _run_one(cell, settings, summary, progress.console)
+            progress.advance(task)
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:  # threads only wait on processes
+            list(pool.map(run, todo))
+        progress.update(task, description="cells")
+    return summary
+
+
+def _run_one(cell: Cell, settings: CellSettings, summary: RunSummary, console: Console) -> None:
+    log = settings.work_dir / "logs" / f"{cell.cell_id.replace('/', '__')}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    args = fit_args(cell, settings.rows_csv, settings.work_dir / "runs", wandb=settings.wandb)
+    start = time.perf_counter()
+    try:
+        settings.runner(args, log, settings.threads)
+        if cell.cell_id not in set(read_rows(settings.rows_csv)["cell_id"]):
+            raise CellFailedError(f"fit finished but wrote no row to {settings.rows_csv}")
+    except CellFailedError as error:
+        summary.failed[cell.cell_id] = f"{error}; log: {log}"
+        tail = log.read_text(errors="replace").splitlines()[-15:] if log.is_file() else []
+        console.print(f"[red]FAIL[/] {cell.cell_id}: {error}")
+        console.print("\n".join(f"    {line}" for line in tail), markup=False, highlight=False)
+        return
+    seconds = time.perf_counter() - start
+    summary.ran[cell.cell_id] = seconds
+    console.print(f"[green]done[/] {cell.cell_id} in {seconds:.0f} s")

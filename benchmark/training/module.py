@@ -1,0 +1,271 @@
+"""MetricLearningModule: an embedder, a pair-similarity loss, their optimiser, retrieval evaluation.
+
+Training: P-K batch → embedder → loss (in fp32, outside autocast) → `train/loss` and the loss's
+`s_p`/`s_n` statistics every step. Evaluation (validation and test alike): every rank embeds its
+shard of the query (loader 0) and gallery (loader 1) sets once, the shards are gathered and
+de-duplicated by dataset index, and every rank computes the same metrics with
+`RetrievalEvaluator`; they are logged in percent (`val/R@1`, `test/mAP`), as in results rows.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Literal
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
+from torch import Tensor, nn
+from torch.utils.data import DistributedSampler
+
+from benchmark.evaluation import RetrievalEvaluator
+from benchmark.training.results import hardest_pair_similarities
+
+Protocol = Literal["same_set", "query_gallery"]
+
+
+class MetricLearningModule(pl.LightningModule):
+    """Train `embedder` with `loss`; evaluate retrieval on the datamodule's query/gallery sets.
+
+    Args:
+        embedder: maps images [B, 3, H, W] to embeddings [B, D]; must provide
+            `backbone_parameters()` and `head_parameters()` (see `benchmark.embedders.Embedder`).
+        loss: `forward(embeddings [B, D], labels [B]) -> scalar` with `last_stats` (`losses`).
+        optimizer: called with three parameter groups (backbone, head, loss) whose learning
+            rates are `backbone_lr`, `head_lr`, `loss_lr`; an `lr` given to it is overridden.
+        lr_scheduler: called with the optimiser; stepped once per epoch.
+        recall_ks: Recall@K list; None takes the datamodule's `default_recall_ks`.
+        protocol: evaluation protocol; None takes the datamodule's.
+        eval_backend: `RetrievalEvaluator` backend ("auto" picks faiss GPU → faiss CPU → torch).
+        similarity_queries: test queries whose hardest s_p / s_n are kept for `similarities.npz`.
+    """
+
+    def __init__(
+        self,
+        embedder: nn.Module,
+        loss: nn.Module,
+        optimizer: OptimizerCallable = torch.optim.AdamW,
+        lr_scheduler: LRSchedulerCallable | None = None,
+        backbone_lr: float = 1e-4,
+        head_lr: float = 1e-3,
+        loss_lr: float = 1e-2,
+        recall_ks: list[int] | None = None,
+        protocol: Protocol | None = None,
+        eval_backend: str = "auto",
+        similarity_queries: int = 2000,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.embedder = embedder
+        self.loss = loss
+        self.optimizer = optimizer
+        self.lr_scheduler = lr_scheduler
+        self.evaluator: RetrievalEvaluator | None = None
+        self._eval_parts: dict[int, list[tuple[Tensor, Tensor, Tensor]]] = {}
+        self.last_test_metrics: dict[str, float] = {}
+        self.last_test_similarities: tuple | None = None
+
+    def forward(self, images: Tensor) -> Tensor:
+        """Embeddings [B, D] (not normalised) of images [B, 3, H, W] in [0, 1]."""
+        return self.embedder(images)
+
+    # ---- set-up ------------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
+        protocol = self.hparams.protocol or getattr(datamodule, "protocol", None)
+        ks = self.hparams.recall_ks or getattr(datamodule, "default_recall_ks", None)
+        if protocol is None or not ks:
+            raise ValueError(
+                "MetricLearningModule: no evaluation protocol/Recall@K list; use a "
+                "RetrievalDataModule or pass --model.protocol and --model.recall_ks"
+            )
+        self.protocol: Protocol = protocol
+        self.evaluator = RetrievalEvaluator(protocol, tuple(ks), backend=self.hparams.eval_backend)
+        num_classes = getattr(datamodule, "num_classes", None)
+        if stage == "fit" and num_classes is not None:
+            check_num_classes(self.loss, int(num_classes))
+
+    def configure_optimizers(self):
+        groups = [
+            ("backbone", self.embedder.backbone_parameters(), self.hparams.backbone_lr),
+            ("head", self.embedder.head_parameters(), self.hparams.head_lr),
+            ("loss", self.loss.parameters(), self.hparams.loss_lr),
+        ]
+        param_groups = [
+            {"name": name, "params": trainable, "lr": lr}
+            for name, params, lr in groups
+            if (trainable := [p for p in params if p.requires_grad])
+        ]
+        grouped = {id(p) for g in param_groups for p in g["params"]}
+        missing = [
+            n for n, p in self.named_parameters() if p.requires_grad and id(p) not in grouped
+        ]
+        if missing:
+            raise ValueError(
+                f"MetricLearningModule: trainable parameters in no optimiser group: {missing[:5]}; "
+                "the embedder's backbone_parameters() and head_parameters() must cover them"
+            )
+        optimizer = self.optimizer(param_groups)
+        if self.lr_scheduler is None:
+            return optimizer
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": self.lr_scheduler(optimizer), "interval": "epoch"},
+        }
+
+    # ---- training ----------------------------------------------------------------------------
+    def training_step(self, batch: Sequence[Tensor], batch_idx: int) -> Tensor:
+        images, labels, _ = batch
+        embeddings = self.embedder(images)  # [B, D], bf16/fp16 under mixed precision
+        with torch.autocast(self.device.type, enabled=False):  # losses overflow in half at γ=256
+            loss = self.loss(embeddings.float(), labels)
+        size = len(labels)
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=size)
+        for key, value in self.loss.last_stats.items():
+            self.log(f"train/{key}", value, on_step=True, on_epoch=False, batch_size=size)
+        return loss
+
+    # ---- evaluation --------------------------------------------------------------------------
+    def on_validation_epoch_start(self) -> None:
+        self._eval_parts = {}
+
+    def on_test_epoch_start(self) -> None:
+        self._eval_parts = {}
+
+    def validation_step(self, batch: Sequence[Tensor], batch_idx: int, dataloader_idx: int = 0):
+        self._embed_eval_batch(batch, batch_idx, dataloader_idx, self.trainer.val_dataloaders)
+
+    def test_step(self, batch: Sequence[Tensor], batch_idx: int, dataloader_idx: int = 0):
+        self._embed_eval_batch(batch, batch_idx, dataloader_idx, self.trainer.test_dataloaders)
+
+    def on_validation_epoch_end(self) -> None:
+        self._evaluate("val", self.trainer.val_dataloaders)
+
+    def on_test_epoch_end(self) -> None:
+        self._evaluate("test", self.trainer.test_dataloaders)
+
+    def _embed_eval_batch(
+        self, batch: Sequence[Tensor], batch_idx: int, loader_idx: int, loaders
+    ) -> None:
+        loader = _as_list(loaders)[loader_idx]
+        if not _is_sharded(loader) and batch_idx % self.trainer.world_size != self.global_rank:
+            return  # every rank loads the whole set; each embeds every world_size-th batch
+        images, labels, cameras = batch
+        embeddings = self.embedder(images).float().detach()  # [b, D]
+        self._eval_parts.setdefault(loader_idx, []).append((batch_idx, embeddings, labels, cameras))
+
+    def _evaluate(self, stage: Literal["val", "test"], loaders) -> None:
+        loaders = _as_list(loaders)
+        for idx, loader in enumerate(loaders):
+            if len(loader) == 0:
+                raise ValueError(
+                    f"MetricLearningModule: {stage} loader {idx} ({['query', 'gallery'][idx]}) "
+                    "is empty; the datamodule built an empty evaluation set"
+                )
+        query = self._gathered(0, loaders[0])
+        gallery = self._gathered(1, loaders[1]) if len(loaders) > 1 else None
+        if self.protocol == "query_gallery" and gallery is None:
+            raise ValueError(
+                f"MetricLearningModule: the query_gallery protocol needs two {stage} loaders "
+                "[query, gallery]; the datamodule returned one"
+            )
+        cams = (query[2], gallery[2]) if gallery is not None else (None, None)
+        metrics = self.evaluator.evaluate(
+            query[0],
+            query[1],
+            None if gallery is None else gallery[0],
+            None if gallery is None else gallery[1],
+            query_cams=cams[0],
+            gallery_cams=cams[1],
+        )
+        percent = {key: 100.0 * float(value) for key, value in metrics.items()}
+        # Every rank computed the same values from the same gathered embeddings.
+        self.log_dict({f"{stage}/{k}": v for k, v in percent.items()}, sync_dist=True)
+        if stage == "test":
+            self.last_test_metrics = percent
+            q_emb, q_labels, q_cams = (t.cpu() for t in query)
+            g = [None, None, None] if gallery is None else [t.cpu() for t in gallery]
+            self.last_test_similarities = hardest_pair_similarities(
+                q_emb,
+                q_labels,
+                g[0],
+                g[1],
+                q_cams if gallery is not None else None,
+                g[2],
+                max_queries=self.hparams.similarity_queries,
+            )
+        self._eval_parts = {}
+
+    def _gathered(self, loader_idx: int, loader) -> tuple[Tensor, Tensor, Tensor]:
+        """This loader's embeddings, labels, cameras from all ranks, in dataset order, once each."""
+        parts = self._eval_parts.get(loader_idx, [])
+        if self.trainer.world_size == 1:
+            _, *columns = zip(*parts, strict=True)
+            return tuple(torch.cat(t) for t in columns)
+        if parts:
+            batch_ids, *columns = zip(*parts, strict=True)
+            embeddings, labels, cameras = (torch.cat(t) for t in columns)
+        else:  # fewer batches than ranks (e.g. fast_dev_run): this rank still joins the gather
+            batch_ids, embeddings = (), torch.empty(0, 0, device=self.device)
+            labels = cameras = torch.empty(0, dtype=torch.long, device=self.device)
+        # Eval samplers do not shuffle: batch b of this rank holds dataset items batches[b].
+        batches = _sampled_batches(loader)
+        order = torch.tensor([i for b in batch_ids for i in batches[b]], dtype=torch.long)
+        index, embeddings, labels, cameras = (
+            self._all_gather_rows(t) for t in (order, embeddings, labels, cameras)
+        )
+        index, perm = index.sort(stable=True)
+        first = torch.ones_like(index, dtype=torch.bool)
+        first[1:] = index[1:] != index[:-1]  # a DistributedSampler pads with repeated items
+        keep = perm[first]
+        return embeddings[keep], labels[keep], cameras[keep]
+
+    def _all_gather_rows(self, rows: Tensor) -> Tensor:
+        """Concatenate `rows` [n_r, ...] of every rank r (n_r may differ, and be 0 as [0, 0])."""
+        shapes = self.all_gather(torch.tensor(rows.shape, device=self.device))  # [W, ndim]
+        padded = rows.new_zeros(shapes.amax(dim=0).tolist())
+        padded[tuple(slice(0, n) for n in rows.shape)] = rows
+        gathered = self.all_gather(padded.to(self.device))  # [W, max n, ...]
+        return torch.cat([gathered[r, : int(shape[0])] for r, shape in enumerate(shapes)])
+
+
+def _as_list(loaders) -> list:
+    return list(loaders) if isinstance(loaders, Sequence) else [loaders]
+
+
+def _is_sharded(loader) -> bool:
+    """True if the loader already gives each DDP rank its own part of the set."""
+    return isinstance(getattr(loader, "sampler", None), DistributedSampler)
+
+
+def _sampled_batches(loader) -> list[list[int]]:
+    """Dataset indices of each batch `loader` yields on this rank."""
+    if loader.batch_sampler is not None:
+        return [list(batch) for batch in loader.batch_sampler]
+    return [[i] for i in loader.sampler]
+
+
+def check_num_classes(loss: nn.Module, num_classes: int) -> None:
+    """Raise if a class-level loss (proxies, centres) was built for another class count."""
+    found = _declared_num_classes(loss)
+    if found is not None and found[1] != num_classes:
+        where, declared = found
+        raise ValueError(
+            f"{type(loss).__name__} has num_classes={declared} but the training data has "
+            f"{num_classes} classes; set --model.loss.init_args.{where}num_classes={num_classes}"
+        )
+
+
+def _declared_num_classes(part: nn.Module, where: str = "") -> tuple[str, int] | None:
+    """(config path prefix, class count) of the first part taking `num_classes`, if any."""
+    params = inspect.signature(type(part).__init__).parameters
+    if "num_classes" in params:
+        counts = (getattr(m, "num_classes", None) for m in part.modules())
+        return where, next(n for n in counts if isinstance(n, int))
+    for name, child in part.named_children():
+        if name in params:  # a part given as a constructor argument, like Circle's `source`
+            found = _declared_num_classes(child, f"{where}{name}.init_args.")
+            if found is not None:
+                return found
+    return None

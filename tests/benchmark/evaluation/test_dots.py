@@ -1,0 +1,88 @@
+"""The compiled pair products behind the evaluator's re-checks, and the CPU shortlist block."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmark.evaluation import evaluator
+from benchmark.evaluation.similarity import (
+    UnitEmbeddings,
+    exact_similarities,
+    prepare,
+    raw_error,
+    raw_similarities,
+)
+
+
+def embeddings(n: int, dim: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(n, dim, generator=gen) * torch.rand(n, 1, generator=gen) * 5
+
+
+def pairs(n_q: int, n_g: int, m: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scattered pairs in no particular order, repeats included."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, n_q, (m,), generator=gen), torch.randint(0, n_g, (m,), generator=gen)
+
+
+def prepared(x: torch.Tensor, chunk: int = 16) -> UnitEmbeddings:
+    return prepare(x, "emb", low_dtype=torch.bfloat16, device=torch.device("cpu"), chunk=chunk)
+
+
+def unit(x: torch.Tensor) -> torch.Tensor:
+    return x / torch.linalg.vector_norm(x, dim=1, dtype=torch.float64).float()[:, None]
+
+
+@pytest.mark.parametrize("dim", [7, 512])
+def test_exact_similarities_are_the_rounded_float64_dot_of_float32_unit_vectors(dim) -> None:
+    x, y = embeddings(40, dim, 0), embeddings(50, dim, 1)
+    q, g = prepared(x), prepared(y)
+    rows, cols = pairs(40, 50, 3000, 2)
+    got = exact_similarities(q, g, rows, cols)
+    want = (unit(x).double() @ unit(y).double().T).float()[rows, cols]
+    assert got.dtype == torch.float32
+    assert torch.equal(got, want)
+
+
+def test_identical_rows_get_identical_exact_similarities() -> None:
+    x = embeddings(30, 64, 3)
+    y = torch.cat([x[:10], x[:10]])  # gallery items i and i + 10 are the same vector
+    q, g = prepared(x, 8), prepared(y, 8)
+    rows = torch.arange(30).repeat_interleave(10)
+    cols = torch.arange(10).repeat(30)
+    first, second = exact_similarities(q, g, rows, cols), exact_similarities(q, g, rows, cols + 10)
+    assert torch.equal(first, second)
+
+
+@pytest.mark.parametrize("dim", [5, 2048])
+def test_raw_similarities_stay_within_their_bound(dim) -> None:
+    x, y = embeddings(30, dim, 4), embeddings(60, dim, 5)
+    q, g = prepared(x), prepared(y)
+    rows, cols = pairs(30, 60, 2000, 6)
+    got = raw_similarities(q, g, rows, cols)
+    reference = exact_similarities(q, g, rows, cols).double()
+    error = (got - reference).abs().max().item()
+    assert error <= raw_error(dim)
+    assert error > 0  # a float32 sum really is approximate: the bound is not vacuous here
+
+
+def test_empty_pair_lists() -> None:
+    x = embeddings(4, 8, 7)
+    q = prepared(x, 4)
+    none = torch.zeros(0, dtype=torch.int64)
+    assert exact_similarities(q, q, none, none).numel() == 0
+    assert raw_similarities(q, q, none, none).numel() == 0
+
+
+def test_cpu_block_tiles_and_reuses_its_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(evaluator._CpuBlock, "_TILE", 7)  # ragged last tile
+    block = evaluator._CpuBlock()
+    gen = torch.Generator().manual_seed(8)
+    low = torch.randn(60, 16, generator=gen).bfloat16()
+    for rows, cols in [(slice(0, 20), slice(0, 60)), (slice(20, 30), slice(25, 60)),
+                       (slice(0, 1), slice(0, 1)), (slice(30, 60), slice(30, 60))]:  # fmt: skip
+        got = block(low[rows], low[cols])
+        assert got.is_contiguous() and got.dtype == torch.bfloat16
+        assert torch.equal(got, low[rows] @ low[cols].T)
+    assert block._buffer.numel() == 20 * 60  # the largest block, allocated once

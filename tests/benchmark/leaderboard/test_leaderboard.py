@@ -1,0 +1,316 @@
+"""Leaderboard: suites, folding over seeds, Markdown, --check, resuming, plots; no training."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from benchmark.leaderboard import command as leaderboard
+from benchmark.leaderboard import numerics
+from benchmark.leaderboard.aggregate import ci95, fold_rows, read_leaderboard, read_rows
+from benchmark.leaderboard.check import compare
+from benchmark.leaderboard.markdown import leaderboard_markdown
+from benchmark.leaderboard.plots import write_plots
+from benchmark.leaderboard.suite import load_suite, suite_names
+
+REPO = Path(__file__).resolve().parents[3]
+SETTINGS = {"dataset": "synthetic", "protocol": "same_set", "labels": "pair-wise"}
+SETTINGS |= {"backbone": "efficientnet_lite0", "pretrained": "none", "embedding_dim": "64"}
+SETTINGS |= {"image_size": "32x32", "p": "4", "k": "4", "epochs": "2", "include_val": ""}
+
+
+def row(cell_id: str, seed: int, r1: float, *, loss: str = "CircleLoss", **extra) -> dict:
+    circle = {"m": 0.4, "gamma": 80, "source": None}
+    params = json.dumps(circle if loss == "CircleLoss" else {"margin": 0.1})
+    metrics = {"R@1": r1, "R@2": r1 + 10, "mAP": r1 / 2, "wall_time_s": 3.0, "run_dir": ""}
+    names = {"cell_id": cell_id, "loss": loss, "loss_params": params, "seed": str(seed)}
+    return {**names, **SETTINGS, **metrics, **extra}
+
+
+def frame(*rows: dict) -> pd.DataFrame:
+    table = pd.DataFrame(list(rows)).astype(str)
+    for column in ("R@1", "R@2", "mAP", "wall_time_s"):
+        table[column] = table[column].astype(float)
+    return table
+
+
+HAND_ROWS = frame(
+    row("syn/circle/seed0", 0, 60.0),
+    row("syn/circle/seed1", 1, 62.0),
+    row("syn/circle/seed2", 2, 67.0),
+    row("syn/triplet/seed0", 0, 50.0, loss="TripletLoss"),
+)
+
+
+def test_ci95_is_the_student_t_half_width() -> None:
+    values = np.array([60.0, 62.0, 67.0])
+    by_hand = stats.t.ppf(0.975, 2) * math.sqrt(((60 - 63) ** 2 + 1 + 16) / 2) / math.sqrt(3)
+    assert ci95(pd.Series(values)) == pytest.approx(by_hand)
+    assert by_hand == pytest.approx(8.9567, abs=1e-4)
+    assert math.isnan(ci95(pd.Series([60.0])))
+
+
+def test_fold_rows_means_and_intervals_per_experiment() -> None:
+    board = fold_rows(HAND_ROWS).set_index("experiment")
+    circle = board.loc["syn/circle"]
+    assert (circle["group"], circle["n_seeds"], circle["seeds"]) == ("syn", 3, "0 1 2")
+    assert circle["R@1_mean"] == pytest.approx(63.0)
+    assert circle["R@2_mean"] == pytest.approx(73.0)
+    assert circle["R@1_ci95"] == pytest.approx(8.9567, abs=1e-4)
+    assert circle["mAP_mean"] == pytest.approx(31.5)
+    assert board.loc["syn/triplet", "n_seeds"] == 1
+    assert math.isnan(board.loc["syn/triplet", "R@1_ci95"])
+
+
+def test_fold_rows_keeps_a_rerun_cells_last_row() -> None:
+    rows = pd.concat([HAND_ROWS, frame(row("syn/triplet/seed0", 0, 40.0, loss="TripletLoss"))])
+    board = fold_rows(rows).set_index("experiment")
+    assert board.loc["syn/triplet", "R@1_mean"] == 40.0
+
+
+def test_fold_rows_refuses_runs_with_different_settings() -> None:
+    rows = pd.concat([HAND_ROWS, frame(row("syn/circle/seed3", 3, 61.0, epochs="5"))])
+    with pytest.raises(ValueError, match=r"syn/circle disagree on epochs: \['2', '5'\]"):
+        fold_rows(rows)
+
+
+def test_markdown_shows_paper_numbers_only_for_declared_datasets() -> None:
+    board = fold_rows(HAND_ROWS)
+    paper = pd.DataFrame(
+        [{"dataset": "cub200", "loss": "CircleLoss", "labels": "pair-wise", "metric": "R@1"}]
+    ).assign(value=66.7)
+    text = leaderboard_markdown(
+        board, title="T", description="", paper=paper, paper_datasets={"syn": "cub200"}
+    )
+    assert "| CircleLoss | pair-wise | m=0.4, gamma=80 | 3 | 63.00 ± 8.96 (paper 66.7) |" in text
+    assert "| TripletLoss | pair-wise | margin=0.1 | 1 | 50.00 | 60.00 |" in text
+    assert "backbone `efficientnet_lite0`" in text and "P×K `4×4`" in text
+    plain = leaderboard_markdown(board, title="T", description="", paper=paper, paper_datasets={})
+    assert "paper 66.7" not in plain
+
+
+def boards(committed_r1: float, regenerated_r1: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    old = fold_rows(frame(row("syn/circle/seed0", 0, committed_r1))).assign(requires="")
+    new = fold_rows(frame(row("syn/circle/seed0", 0, regenerated_r1))).assign(requires="")
+    return old, new
+
+
+def test_check_passes_within_and_fails_beyond_tolerance() -> None:
+    report = compare(*boards(60.0, 60.3), tolerance=0.5, skipped={})
+    assert report.ok
+    assert any("syn/circle" in line and "+0.30" in line for line in report.lines())
+    report = compare(*boards(60.0, 61.0), tolerance=0.5, skipped={})
+    assert not report.ok
+    assert any(line.endswith("+1.00  FAIL") and "R@1" in line for line in report.lines())
+    assert report.lines()[-1].startswith("FAILED: 3 values compared, 3 changed")
+
+
+def test_check_on_other_numerics_compares_cell_means() -> None:
+    """Another machine's float kernels: single values may move beyond the tolerance, a cell's
+    mean |delta| may not (the rows' three metrics move by 1, 1 and ½ times the R@1 shift)."""
+    report = compare(*boards(60.0, 62.0), tolerance=0.5, skipped={}, same_numerics=False)
+    assert report.ok and report.cell_means() == {"syn/circle": pytest.approx(5 / 3)}
+    assert "other numerics: mean |delta| 1.67 pp" in report.lines()[-1]
+    assert not any(line.endswith("FAIL") for line in report.lines())
+    report = compare(*boards(60.0, 68.0), tolerance=0.5, skipped={}, same_numerics=False)
+    assert not report.ok  # 6.7 pp on average over the cell: a real change
+    old, new = boards(60.0, 60.0)
+    new.loc[0, "mAP_mean"] = float("nan")  # a metric gone is a failure whatever the machine
+    report = compare(old, new, tolerance=0.5, skipped={}, same_numerics=False)
+    assert not report.ok and report.lines()[-2].endswith("FAIL")
+
+
+def test_check_fails_missing_and_extra_cells_but_reports_absent_data() -> None:
+    old, new = boards(60.0, 60.0)
+    extra = fold_rows(frame(row("cub/circle/seed0", 0, 30.0))).assign(requires="../data/cub")
+    report = compare(old, new[:0], tolerance=0.5, skipped={})
+    assert report.failures == ["syn/circle: in the committed leaderboard but not regenerated"]
+    report = compare(old, new[:0], tolerance=0.5, skipped={"syn/circle": "data absent: /x"})
+    assert report.ok and report.notes == ["syn/circle: skipped, data absent: /x"]
+    report = compare(old, pd.concat([new, extra]), tolerance=0.5, skipped={})
+    assert report.ok and "made without ../data/cub" in report.notes[0]
+    report = compare(pd.concat([old, extra]).assign(requires=""), old, tolerance=0.5, skipped={})
+    assert not report.ok
+    report = compare(old, new.assign(epochs="9"), tolerance=0.5, skipped={})
+    assert report.failures == ["syn/circle: epochs changed from '2' to '9'"]
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A tiny checkout: two configs and a suite `t` with one group needing absent data."""
+    (tmp_path / "experiments/syn").mkdir(parents=True)
+    (tmp_path / "experiments/suites").mkdir()
+    for name in ("circle", "triplet"):
+        (tmp_path / f"experiments/syn/{name}.yaml").write_text("{}\n")
+    (tmp_path / "experiments/suites/t.yaml").write_text(
+        "seeds: [0, 1]\noverrides: [--trainer.max_epochs=2]\ngroups:\n"
+        "  syn: {configs: experiments/syn/*.yaml}\n"
+        "  cub: {configs: [experiments/syn/circle.yaml], requires: ../absent_data}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def fake_fit(calls: list[list[str]]):
+    """A cell runner that writes what `fit` writes: a row, metrics.csv and similarities.npz."""
+
+    lock = threading.Lock()  # `--jobs 2` runs two cells at once
+
+    def run(args: list[str], log: Path, threads: int | None) -> None:
+        with lock:
+            write(args)
+
+    def write(args: list[str]) -> None:
+        calls.append(args)
+        value = dict(itertools.pairwise(args))
+        root = Path(next(a for a in args if a.startswith("--trainer.default_root_dir="))[27:])
+        run_dir = root / value["--cell_id"] / str(len(calls))  # a fresh folder per run, as fit
+        run_dir.mkdir(parents=True)
+        steps = np.arange(20)
+        log_frame = pd.DataFrame({"step": steps, "train/sp_mean": 0.5 + steps / 50})
+        log_frame.assign(**{"train/sn_mean": 0.3 - steps / 100}).to_csv(run_dir / "metrics.csv")
+        rng = np.random.default_rng(0)
+        np.savez(run_dir / "similarities.npz", sp=rng.uniform(0.3, 1, 50), sn=rng.uniform(0, 1, 50))
+        loss = "TripletLoss" if "triplet" in value["--cell_id"] else "CircleLoss"
+        seed = int(value["--seed_everything"])
+        result = row(value["--cell_id"], seed, 50.0 + seed, loss=loss, run_dir=str(run_dir))
+        path = Path(value["--results_csv"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        new = not path.exists()
+        with path.open("a", newline="") as f:
+            writer = csv.DictWriter(f, list(result))
+            if new:
+                writer.writeheader()
+            writer.writerow(result)
+
+    return run
+
+
+def test_suite_cells_expand_globs_and_seeds(project: Path) -> None:
+    suite = load_suite("t", project)
+    assert [c.cell_id for c in suite.cells()] == [
+        "syn/circle/seed0", "syn/circle/seed1", "syn/triplet/seed0", "syn/triplet/seed1",
+        "cub/circle/seed0", "cub/circle/seed1",
+    ]  # fmt: skip
+    assert suite.cells()[0].overrides == ("--trainer.max_epochs=2",)
+    assert [c.seed for c in load_suite("t", project, seeds=[7]).cells()] == [7, 7, 7]
+    (project / "experiments/suites/u.yaml").write_text(
+        "overrides: [--a=1]\ngroups:\n  syn:\n    configs: experiments/syn/*.yaml\n"
+        "    overrides: [--b=2]\n    config_overrides: {triplet: [--c=3]}\n"
+    )
+    overrides = [c.overrides for c in load_suite("u", project).cells()]
+    assert overrides == [("--a=1", "--b=2"), ("--a=1", "--b=2", "--c=3")]
+
+
+def test_suite_errors_name_the_problem(project: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(KeyError, match=r"unknown suite 'nope'; choose one of \['t'\]"):
+        load_suite("nope", project)
+    with pytest.raises(SystemExit):
+        leaderboard.main(["--suite", "nope"])
+    assert "choose one of ['t']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        leaderboard.main(["--suite", "t", "--jobs", "2", "--isolation", "in-process"])
+    assert "--jobs must be 1, or more with --isolation subprocess" in capsys.readouterr().err
+    suite_file = project / "experiments/suites/t.yaml"
+    suite_file.write_text("groups:\n  syn: {configs: experiments/syn/*.yml}\n")
+    with pytest.raises(FileNotFoundError, match=r"no config matches 'experiments/syn/\*.yml'"):
+        load_suite("t", project)
+    suite_file.write_text("epochs: 3\ngroups:\n  syn: {configs: experiments/syn/*.yaml}\n")
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['epochs'\]"):
+        load_suite("t", project)
+    suite_file.write_text(
+        "groups:\n  syn: {configs: experiments/syn/*.yaml, config_overrides: {circel: []}}\n"
+    )
+    with pytest.raises(ValueError, match=r"names \['circel'\], which are not among its configs"):
+        load_suite("t", project)
+
+
+def test_suite_runs_once_then_resumes(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.setitem(leaderboard.RUNNERS, "subprocess", fake_fit(calls))
+    leaderboard.main(["--suite", "t", "--no-wandb"])
+    assert [a[a.index("--cell_id") + 1] for a in calls] == [
+        "syn/circle/seed0", "syn/circle/seed1", "syn/triplet/seed0", "syn/triplet/seed1",
+    ]  # fmt: skip
+    # the `cub` group needs ../absent_data, so it was skipped
+    assert calls[0][:3] == ["fit", "--config", "experiments/syn/circle.yaml"]
+    assert calls[0][-2:] == ["--wandb=false", "--trainer.max_epochs=2"]
+    board = read_leaderboard(project / "results/suites/t/leaderboard.csv")
+    assert list(board["experiment"]) == ["syn/circle", "syn/triplet"]
+    assert board["R@1_mean"].tolist() == [50.5, 50.5]
+    plots = sorted(p.name for p in (project / "results/suites/t/plots").iterdir())
+    assert plots == ["recall_at_k_syn.png", "sp_sn_scatter_syn.png", "sp_sn_training_syn.png"]
+    leaderboard.main(["--suite", "t", "--no-wandb"])
+    assert len(calls) == 4  # everything was done
+    rows_csv = project / "results/suites/t/rows.csv"
+    rows = read_rows(rows_csv)
+    rows[rows["cell_id"] != "syn/triplet/seed1"].to_csv(rows_csv, index=False)
+    leaderboard.main(["--suite", "t", "--no-wandb"])
+    assert [a[a.index("--cell_id") + 1] for a in calls[4:]] == ["syn/triplet/seed1"]
+
+
+def test_check_regenerates_and_compares(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.setitem(leaderboard.RUNNERS, "subprocess", fake_fit(calls))
+    leaderboard.main(["--suite", "t", "--no-wandb"])
+    leaderboard.main(["--suite", "t", "--check", "--no-wandb", "--jobs", "2"])
+    assert len(calls) == 8  # the check reran every cell in a temporary folder
+    committed = project / "results/suites/t/leaderboard.csv"
+    board = read_leaderboard(committed)
+    board.loc[0, "R@1_mean"] += 0.6
+    board.to_csv(committed, index=False)
+    with pytest.raises(SystemExit, match="leaderboard check failed"):
+        leaderboard.main(["--suite", "t", "--check", "--tolerance", "0.5", "--no-wandb"])
+    leaderboard.main(["--suite", "t", "--check", "--tolerance", "1", "--no-wandb"])
+    # Made on a machine with other float kernels: the 0.6 pp of one value is within chance.
+    stored = project / "results/suites/t" / numerics.FILE_NAME
+    assert stored.read_text().strip() == numerics.fingerprint()
+    stored.write_text("0123456789ab\n")
+    leaderboard.main(["--suite", "t", "--fold-only", "--no-wandb"])
+    assert stored.read_text() == "0123456789ab\n"  # folding trains nothing: it is kept
+    board.to_csv(committed, index=False)  # the +0.6 pp again (folding rewrote the board)
+    leaderboard.main(["--suite", "t", "--check", "--tolerance", "0.5", "--no-wandb"])
+    assert "committed 0123456789ab" in capfd.readouterr().out
+
+
+def test_plots_are_written_from_logs(tmp_path: Path) -> None:
+    fake_fit([])(["--cell_id", "syn/circle/seed0", "--seed_everything", "0", "--results_csv",
+                  str(tmp_path / "rows.csv"), f"--trainer.default_root_dir={tmp_path / 'run'}"],
+                 tmp_path / "log", None)  # fmt: skip
+    rows = read_rows(tmp_path / "rows.csv")
+    written = write_plots(fold_rows(rows), rows, tmp_path / "plots")
+    assert [p.name for p in written] == [
+        "recall_at_k_syn.png",
+        "sp_sn_training_syn.png",
+        "sp_sn_scatter_syn.png",
+    ]
+    assert all(p.stat().st_size > 1000 for p in written)
+    without_logs = write_plots(fold_rows(rows), rows.assign(run_dir="/nowhere"), tmp_path / "p2")
+    assert [p.name for p in without_logs] == ["recall_at_k_syn.png"]
+
+
+@pytest.mark.parametrize("name", suite_names(REPO))
+def test_every_committed_suite_parses(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    suite = load_suite(name)
+    assert suite.cells(), f"suite {name} has no cells"
+
+
+def test_numerics_fingerprint_is_stable_and_stored_beside_the_board(tmp_path: Path) -> None:
+    value = numerics.fingerprint()
+    assert value == numerics.fingerprint() and len(value) == 12 and int(value, 16) >= 0
+    assert numerics.read(tmp_path) is None  # a leaderboard made before fingerprints
+    numerics.write(tmp_path, value)
+    assert numerics.read(tmp_path) == value
+    assert [p.name for p in tmp_path.iterdir()] == [numerics.FILE_NAME]  # no temporary left

@@ -1,0 +1,97 @@
+"""Every experiment YAML parses (no model built, no file read) and holds the papers' settings."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchmark.training.cli import CircleBenchCLI
+
+EXPERIMENTS = Path(__file__).resolve().parents[3] / "experiments"
+CONFIGS = sorted(
+    p for p in EXPERIMENTS.rglob("*.yaml") if p.name != "base.yaml" and "suites" not in p.parts
+)
+DATASETS = ("cub200", "cars196", "sop", "market1501", "msmt17")
+LOSSES = {p.stem for p in (EXPERIMENTS / "synthetic" / "fine_grained").glob("*.yaml")}
+CLASS_COUNTS = {"cub200": 100, "cars196": 98, "sop": 11318, "market1501": 751, "msmt17": 1041}
+
+
+@pytest.fixture(autouse=True)
+def _bare_argv(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LightningCLI warns when given args while sys.argv holds pytest's own."""
+    monkeypatch.setattr(sys, "argv", ["circlebench"])
+
+
+def parse(*args: str):
+    return CircleBenchCLI(args=list(args), run=False, parse_only=True).config
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(EXPERIMENTS)))
+def test_experiment_parses_over_base_yaml(path: Path) -> None:
+    config = parse("--config", str(path))
+    assert config.trainer.use_distributed_sampler is False  # from base.yaml
+    assert config.model.loss.class_path.startswith("losses.")
+
+
+def test_every_dataset_has_every_loss_and_synthetic_has_both_modes() -> None:
+    assert len(LOSSES) >= 15 and {"circle", "circle_class", "copernican_l2"} <= LOSSES
+    for folder in (*DATASETS, "synthetic/fine_grained", "synthetic/reid"):
+        assert {p.stem for p in (EXPERIMENTS / folder).glob("*.yaml")} == LOSSES, folder
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_circle_configs_carry_the_papers_settings(dataset: str) -> None:
+    fine = dataset in ("cub200", "cars196", "sop")
+    for name in ("circle", "circle_class"):
+        config = yaml.safe_load((EXPERIMENTS / dataset / f"{name}.yaml").read_text())
+        embedder, loss = config["model"]["embedder"]["init_args"], config["model"]["loss"]
+        assert embedder["backbone"] == ("bninception" if fine else "resnet50")
+        assert (loss["init_args"]["m"], loss["init_args"]["gamma"]) == (
+            (0.4, 80) if fine else (0.25, 256)
+        )
+        assert (config["data"]["init_args"]["p"], config["data"]["init_args"]["k"]) == (
+            (16, 5) if fine else (16, 4)
+        )
+        if fine:
+            assert embedder["embedding_dim"] == 512 and embedder["freeze_bn"] is True
+        else:
+            assert embedder["bnneck"] is True
+    source = loss["init_args"]["source"]["init_args"]
+    assert source["num_classes"] == CLASS_COUNTS[dataset]
+    assert source["embedding_dim"] == embedder["embedding_dim"]
+
+
+def test_class_level_configs_give_the_dataset_class_count_and_embedding_size() -> None:
+    for path in CONFIGS:
+        config = yaml.safe_load(path.read_text())
+        args = config["model"]["loss"]["init_args"]
+        args = args.get("source", {}).get("init_args", args) if args.get("source") else args
+        if "num_classes" in args:
+            dataset = path.parent.name
+            expected = CLASS_COUNTS.get(
+                dataset, config["data"]["init_args"].get("num_train_classes")
+            )
+            assert args["num_classes"] == expected, path
+            assert (
+                args["embedding_dim"] == config["model"]["embedder"]["init_args"]["embedding_dim"]
+            )
+
+
+def test_command_line_overrides_reach_the_loss() -> None:
+    config = parse(
+        "--config",
+        str(EXPERIMENTS / "cub200" / "circle.yaml"),
+        "--model.loss.init_args.gamma=64",
+    )
+    assert config.model.loss.init_args.gamma == 64
+
+
+def test_unknown_keys_are_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse(
+            "--config", str(EXPERIMENTS / "cub200" / "circle.yaml"), "--model.loss.init_args.gama=1"
+        )
+    assert "gama" in capsys.readouterr().err

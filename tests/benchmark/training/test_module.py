@@ -1,0 +1,129 @@
+"""MetricLearningModule: parameter groups, logged statistics, evaluation metrics, errors."""
+
+from __future__ import annotations
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from benchmark.evaluation import RetrievalEvaluator
+from benchmark.training.embedders import Embedder
+from benchmark.training.module import MetricLearningModule, check_num_classes
+from losses import CenterLoss, CircleLoss, ClassProxies, NormFaceLoss
+from tests.benchmark.training._tiny_data import TinyDataModule, TinyReIDDataModule
+
+BACKBONE = "test_efficientnet"  # timm's ~0.1 M-parameter test model: fast on any CPU
+# Outside the CLI, save_hyperparameters() stores the embedder and loss objects themselves.
+pytestmark = pytest.mark.filterwarnings("ignore:Attribute '(embedder|loss)' is an instance")
+
+
+def make_module(loss: torch.nn.Module | None = None, **kwargs) -> MetricLearningModule:
+    embedder = Embedder(BACKBONE, embedding_dim=8)
+    return MetricLearningModule(embedder, loss or CircleLoss(m=0.4, gamma=80), **kwargs)
+
+
+def make_trainer(**kwargs) -> pl.Trainer:
+    defaults = dict(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+        num_sanity_val_steps=0,
+    )
+    return pl.Trainer(**{**defaults, **kwargs})
+
+
+def test_optimizer_has_backbone_head_and_loss_groups_with_their_own_rates() -> None:
+    loss = CircleLoss(m=0.25, gamma=64, source=ClassProxies(num_classes=4, embedding_dim=8))
+    module = make_module(loss, backbone_lr=1e-5, head_lr=1e-3, loss_lr=0.5)
+    optimizer = module.configure_optimizers()
+    groups = {g["name"]: g for g in optimizer.param_groups}
+    assert {name: g["lr"] for name, g in groups.items()} == {
+        "backbone": 1e-5,
+        "head": 1e-3,
+        "loss": 0.5,
+    }
+    assert any(p is loss.source.proxies for p in groups["loss"]["params"])
+    assert any("proxies" in key for key in module.state_dict())  # proxies are checkpointed
+
+
+def test_a_parameter_outside_every_group_is_an_error() -> None:
+    module = make_module()
+    module.embedder.extra = torch.nn.Linear(2, 2)  # neither backbone nor head
+    with pytest.raises(ValueError, match="in no optimiser group"):
+        module.configure_optimizers()
+
+
+def test_num_classes_that_disagree_with_the_data_name_the_override() -> None:
+    loss = CircleLoss(source=ClassProxies(num_classes=7, embedding_dim=8))
+    with pytest.raises(ValueError, match=r"source\.init_args\.num_classes=4"):
+        check_num_classes(loss, 4)
+    with pytest.raises(
+        ValueError, match=r"has num_classes=7 .*--model\.loss\.init_args\.num_classes=4$"
+    ):
+        check_num_classes(NormFaceLoss(num_classes=7, embedding_dim=8), 4)
+    with pytest.raises(ValueError, match=r"CenterLoss has num_classes=7"):
+        check_num_classes(CenterLoss(num_classes=7, embedding_dim=8), 4)
+    check_num_classes(CenterLoss(num_classes=4, embedding_dim=8), 4)
+    check_num_classes(CircleLoss(), 4)  # pair-wise losses have no class count
+
+
+def test_fit_logs_loss_and_similarity_statistics_every_step() -> None:
+    torch.manual_seed(0)
+    data = TinyDataModule(p=2, k=2, batches_per_epoch=3)
+    module = make_module()
+    trainer = make_trainer(max_epochs=1, log_every_n_steps=1)
+    trainer.fit(module, datamodule=data)
+    logged = trainer.logged_metrics
+    for key in ("train/loss", "train/sp_mean", "train/sn_mean", "train/active_fraction"):
+        assert torch.isfinite(logged[key]), key
+    assert trainer.global_step == 3
+
+
+@pytest.mark.parametrize("datamodule_class", [TinyDataModule, TinyReIDDataModule])
+def test_test_metrics_are_the_evaluator_on_all_embeddings_in_percent(datamodule_class) -> None:
+    torch.manual_seed(0)
+    data = datamodule_class(eval_batch_size=3)  # several batches per set
+    module = make_module()
+    metrics = make_trainer().test(module, datamodule=data, verbose=False)[0]  # one per loader
+    data.setup()
+    module.eval()
+    with torch.no_grad():
+        sets = [
+            [torch.cat(t) for t in zip(*[(module(x), y, c) for x, y, c in loader], strict=True)]
+            for loader in data.test_dataloader()
+        ]
+    query, gallery = sets[0], (sets[1] if len(sets) > 1 else [None] * 3)
+    cams = (query[2], gallery[2]) if len(sets) > 1 else (None, None)
+    expected = RetrievalEvaluator(data.protocol, data.default_recall_ks).evaluate(
+        query[0], query[1], gallery[0], gallery[1], query_cams=cams[0], gallery_cams=cams[1]
+    )
+    assert set(metrics) == {f"test/{k}" for k in expected}
+    for key, value in expected.items():
+        assert metrics[f"test/{key}"] == pytest.approx(100 * value, abs=1e-4)
+    sp, sn = module.last_test_similarities
+    assert len(sp) == len(sn) > 0 and module.last_test_metrics["R@1"] == metrics["test/R@1"]
+
+
+def test_validation_runs_only_on_the_carved_classes_and_logs_val_metrics() -> None:
+    data = TinyDataModule(classes=5, p=2, k=2, val_classes=2, batches_per_epoch=1)
+    module = make_module()
+    trainer = make_trainer(max_epochs=1)
+    trainer.fit(module, datamodule=data)
+    assert "val/R@1" in trainer.callback_metrics
+    assert not any(key.startswith("test/") for key in trainer.callback_metrics)
+
+
+def test_recall_ks_and_protocol_can_override_the_datamodule() -> None:
+    module = make_module(recall_ks=[1, 3])
+    (metrics,) = make_trainer().test(module, datamodule=TinyDataModule(), verbose=False)
+    assert {"test/R@1", "test/R@3"} <= set(metrics) and "test/R@2" not in metrics
+
+
+def test_query_gallery_with_a_single_loader_is_an_error() -> None:
+    module = make_module(protocol="query_gallery")
+    with pytest.raises(ValueError, match=r"needs two test loaders"):
+        make_trainer().test(module, datamodule=TinyDataModule(), verbose=False)
