@@ -16,9 +16,6 @@ from functools import lru_cache
 
 import numpy as np
 
-SHAPES = ("polygon", "ellipse", "star")
-TEXTURES = ("stripes", "dots", "checker")
-
 
 @dataclass(frozen=True)
 class ClassLook:

@@ -95,12 +95,6 @@ class Suite:
             for seed in self.seeds
         ]
 
-    def group(self, name: str) -> Group:
-        for group in self.groups:
-            if group.name == name:
-                return group
-        raise KeyError(f"suite {self.name!r} has no group {name!r}")
-
 
 def suite_names(root: Path = Path(".")) -> list[str]:
     """Names of the suites defined under `root/experiments/suites/`."""

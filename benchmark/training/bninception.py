@@ -43,11 +43,6 @@ class InceptionSpec:
     pool_proj: int
     stride: int = 1
 
-    @property
-    def out_channels(self) -> int:
-        pooled = self.pool_proj or self.in_channels
-        return self.c1x1 + self.c3x3 + self.double + pooled
-
 
 BLOCKS = (
     InceptionSpec("3a", 192, 64, 64, 64, 64, 96, "avg", 32),
