@@ -8,19 +8,27 @@ return the same numbers.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from benchmark.evaluation.inputs import check_cameras, check_embeddings, check_labels
-from benchmark.evaluation.metrics import kmeans_nmi, retrieval_metrics
+from benchmark.evaluation.hardest_pairs import HardestPairs, hardest_pair_similarities
+from benchmark.evaluation.metrics import (
+    DEFAULT_METRICS,
+    METRIC_NAMES,
+    kmeans_nmi,
+    metric,
+    retrieval_metrics,
+)
 from benchmark.evaluation.ranks import Block, positive_ranks
+from benchmark.evaluation.sets import PROTOCOLS, RetrievalProtocol, evaluation_sets
 from benchmark.evaluation.similarity import UnitEmbeddings, prepare, unit_rows
 
-METRICS = ("recall", "mAP", "MAP@R", "R-Precision", "NMI")
 BACKENDS = ("auto", "torch", "faiss")
 FAISS_GPU_HINT = (
     'install faiss with GPU support (pip install "circlebench[gpu]", i.e. faiss-gpu), '
@@ -78,6 +86,17 @@ def _faiss_block(device: torch.device) -> Block:
     )
 
 
+@dataclass(frozen=True)
+class EvaluationReport:
+    """What one `evaluate` call measured and how: the metrics (fractions), the backend that
+    computed them, and how many queries were counted and skipped (no positive in the gallery)."""
+
+    metrics: dict[str, float]
+    backend: str
+    queries: int
+    skipped_queries: int
+
+
 class RetrievalEvaluator:
     """Exact retrieval metrics for the `same_set` and `query_gallery` protocols.
 
@@ -86,7 +105,8 @@ class RetrievalEvaluator:
             `query_gallery` (gallery items with the query's id and camera excluded, junk
             gallery labels -1 ignored, queries without a positive skipped and counted).
         ks: the K of `R@K` (CMC rank-K for re-ID), each ≥ 1.
-        metrics: any of "recall", "mAP", "MAP@R", "R-Precision", "NMI".
+        metrics: names from the registry `evaluation.metrics.METRICS` ("recall", "mAP",
+            "MAP@R", "R-Precision", "NMI").
         backend: "torch" (bfloat16 shortlist on CPU or CUDA), "faiss" (float32 shortlist by
             faiss, CPU or GPU) or "auto" (torch on the chosen device: fastest where measured).
         device: "cpu", "cuda" or "auto" (CUDA when available).
@@ -95,22 +115,25 @@ class RetrievalEvaluator:
 
     def __init__(
         self,
-        protocol: Literal["same_set", "query_gallery"],
+        protocol: RetrievalProtocol,
         ks: Sequence[int] = (1,),
-        metrics: Sequence[str] = ("recall", "mAP", "MAP@R", "R-Precision"),
+        metrics: Sequence[str] = DEFAULT_METRICS,
         backend: Literal["auto", "torch", "faiss"] = "auto",
         device: Literal["auto", "cpu", "cuda"] = "auto",
         chunk_size: int = 1024,
         nmi_seed: int = 0,
     ) -> None:
-        if protocol not in ("same_set", "query_gallery"):
-            raise ValueError(f"protocol must be 'same_set' or 'query_gallery', got {protocol!r}")
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {list(PROTOCOLS)}, got {protocol!r}")
         ks = tuple(ks)
         if any(not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0 for k in ks):
             raise ValueError(f"ks must be positive integers, got {ks!r}")
-        unknown = sorted(set(metrics) - set(METRICS))
+        unknown = sorted(set(metrics) - set(METRIC_NAMES))
         if unknown:
-            raise ValueError(f"metrics: unknown {unknown}; choose from {list(METRICS)}")
+            raise ValueError(f"metrics: unknown {unknown}; choose from {list(METRIC_NAMES)}")
+        elsewhere = [m for m in metrics if protocol not in metric(m).protocols]
+        if elsewhere:
+            raise ValueError(f"metrics {elsewhere} are not defined for the {protocol} protocol")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
         if device not in ("auto", "cpu", "cuda"):
@@ -124,8 +147,12 @@ class RetrievalEvaluator:
             chunk_size,
             nmi_seed,
         )
-        self.last_backend: str = ""
-        self.last_skipped_queries: int = 0
+        self.last_report: EvaluationReport | None = None
+
+    @property
+    def last_backend(self) -> str:
+        """The backend of the last `evaluate` call ("" before the first)."""
+        return self.last_report.backend if self.last_report is not None else ""
 
     def _resolve(self) -> tuple[str, torch.device, Block, torch.dtype]:
         """(name, device, block function, shortlist dtype) for this call."""
@@ -150,62 +177,77 @@ class RetrievalEvaluator:
         query_cams: Tensor | np.ndarray | None = None,
         gallery_cams: Tensor | np.ndarray | None = None,
     ) -> dict[str, float]:
-        """Metrics as fractions in [0, 1]: keys `R@{k}`, `mAP`, `MAP@R`, `R-Precision`, `NMI`."""
-        q = check_embeddings(query_emb, "query_emb")
-        q_labels = check_labels(query_labels, "query_labels", q.shape[0], "query_emb")
-        same_set = self.protocol == "same_set"
-        if same_set:
-            if gallery_emb is not None or gallery_labels is not None or gallery_cams is not None:
-                raise ValueError(
-                    "same_set uses the queries as the gallery: pass gallery_emb, gallery_labels "
-                    "and gallery_cams as None, or use protocol='query_gallery'"
-                )
-            g, g_labels, q_cams, g_cams = q, q_labels, None, None
-        else:
-            if gallery_emb is None or gallery_labels is None:
-                raise ValueError(
-                    "query_gallery needs gallery_emb and gallery_labels; "
-                    "for a single set use protocol='same_set'"
-                )
-            g = check_embeddings(gallery_emb, "gallery_emb")
-            if g.shape[1] != q.shape[1]:
-                raise ValueError(
-                    f"gallery_emb has dimension {g.shape[1]} but query_emb has {q.shape[1]}"
-                )
-            g_labels = check_labels(gallery_labels, "gallery_labels", g.shape[0], "gallery_emb")
-            q_cams, g_cams = check_cameras(query_cams, gallery_cams, q.shape[0], g.shape[0])
-            kept = g_labels != -1  # junk: ignored by every query
-            if not bool(kept.all()):
-                g, g_labels = g[kept], g_labels[kept]
-                g_cams = g_cams[kept] if g_cams is not None else None
-            if g.shape[0] == 0:
-                raise ValueError("gallery_labels: every gallery item is junk (-1)")
+        """Metrics as fractions in [0, 1], keyed as the registry names them (`R@1`, `mAP`).
+
+        `last_report` keeps them with the backend and the counted and skipped queries.
+
+        Raises:
+            ValueError: on malformed inputs, and when no query has a positive in the gallery
+                (every metric would be 0: usually labels that do not match between the sets).
+        """
+        sets = evaluation_sets(
+            self.protocol, query_emb, query_labels, gallery_emb, gallery_labels,
+            query_cams, gallery_cams,
+        )  # fmt: skip
         name, device, block, low_dtype = self._resolve()
-        qe = prepare(q, "query_emb", low_dtype=low_dtype, device=device, chunk=self.chunk_size)
-        ge = (
-            qe
-            if same_set
-            else prepare(
-                g, "gallery_emb", low_dtype=low_dtype, device=device, chunk=self.chunk_size
-            )
+        qe = prepare(
+            sets.query, "query_emb", low_dtype=low_dtype, device=device, chunk=self.chunk_size
         )
+        ge = qe if sets.same_set else prepare(
+            sets.gallery, "gallery_emb", low_dtype=low_dtype, device=device, chunk=self.chunk_size
+        )  # fmt: skip
         ranks = positive_ranks(
             qe,
             ge,
-            q_labels,
-            g_labels,
-            same_set=same_set,
-            q_cams=q_cams,
-            g_cams=g_cams,
+            sets.query_labels,
+            sets.gallery_labels,
+            same_set=sets.same_set,
+            q_cams=sets.query_cams,
+            g_cams=sets.gallery_cams,
             block=block,
             chunk_size=self.chunk_size,
         )
-        self.last_backend = name
-        self.last_skipped_queries = int((ranks.counts == 0).sum())
+        skipped = int((ranks.counts == 0).sum())
+        if skipped == len(ranks.counts):
+            raise ValueError(
+                f"no query has a positive in the gallery ({skipped} queries, protocol "
+                f"{self.protocol}): every metric would be 0. Check that query and gallery "
+                "labels use the same ids and that each class has two or more images"
+            )
+        self._warn_large_ks(sets.gallery.shape[0] - (1 if sets.same_set else 0))
         out = retrieval_metrics(ranks, self.ks, self.metrics)
         if "NMI" in self.metrics:
-            out["NMI"] = kmeans_nmi(_unit_numpy(qe), q_labels.numpy(), seed=self.nmi_seed)
+            out["NMI"] = kmeans_nmi(_unit_numpy(qe), sets.query_labels.numpy(), seed=self.nmi_seed)
+        self.last_report = EvaluationReport(dict(out), name, len(ranks.counts) - skipped, skipped)
         return out
+
+    def hardest_pairs(
+        self,
+        query_emb: Tensor | np.ndarray,
+        query_labels: Tensor | np.ndarray,
+        gallery_emb: Tensor | np.ndarray | None = None,
+        gallery_labels: Tensor | np.ndarray | None = None,
+        query_cams: Tensor | np.ndarray | None = None,
+        gallery_cams: Tensor | np.ndarray | None = None,
+        *,
+        max_queries: int = 2000,
+    ) -> HardestPairs:
+        """Lowest positive and highest negative similarity per query, on `evaluate`'s sets."""
+        sets = evaluation_sets(
+            self.protocol, query_emb, query_labels, gallery_emb, gallery_labels,
+            query_cams, gallery_cams,
+        )  # fmt: skip
+        return hardest_pair_similarities(sets, max_queries=max_queries)
+
+    def _warn_large_ks(self, ranked: int) -> None:
+        """R@K with K at or past the number of ranked items is 1.0 for every query: say so."""
+        too_large = [k for k in self.ks if k >= ranked] if "recall" in self.metrics else []
+        if too_large:
+            warnings.warn(
+                f"R@K for K = {too_large} ranks the whole gallery ({ranked} items per query), "
+                "so it is 1.0 for every query with a positive; choose K below the gallery size",
+                stacklevel=3,
+            )
 
 
 def _unit_numpy(e: UnitEmbeddings) -> np.ndarray:

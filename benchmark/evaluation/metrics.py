@@ -1,4 +1,4 @@
-"""Retrieval metrics as functions of the positives' positions (see README, `## Evaluation`).
+"""The metric registry: every metric's name, result columns, protocols and formula, in one place.
 
 For a query with R positives at 1-based positions p_1 < … < p_R of its ranking:
 
@@ -7,50 +7,157 @@ For a query with R positives at 1-based positions p_1 < … < p_R of its ranking
     MAP@R        = (1/R) Σ_{k : p_k ≤ R} k / p_k                (Musgrave et al., 2020)
     R-Precision  = #{k : p_k ≤ R} / R                           (Musgrave et al., 2020)
 
-Each is averaged over the queries that have at least one positive.
+Each is averaged over the queries that have at least one positive. NMI is computed from the
+embeddings (k-means), not from the ranks. The evaluator, the results rows, the leaderboard's
+aggregation, markdown and plots all read `METRICS`: adding a metric is one `Metric` entry (and
+its test).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from benchmark.evaluation.ranks import PositiveRanks
+from benchmark.evaluation.sets import PROTOCOLS, RetrievalProtocol
+
+
+@dataclass(frozen=True)
+class Positions:
+    """The positives' positions of the queries that have one, in the forms the formulas use."""
+
+    pos: Tensor  # [P] float64, 1-based positions, ascending within each query
+    k: Tensor  # [P] float64, 1-based index of each positive within its query
+    r: Tensor  # [P] float64, R of the query each position belongs to
+    query: Tensor  # [P] int64, index of that query among the counted ones
+    counts: Tensor  # [Q'] int64, R of each counted query (all > 0)
+
+    @staticmethod
+    def of(ranks: PositiveRanks) -> Positions:
+        counts = ranks.counts[ranks.counts > 0]
+        query = torch.repeat_interleave(torch.arange(counts.numel()), counts)
+        start = torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+        k = torch.arange(query.numel()) - start + 1
+        r = counts.to(torch.float64)[query]
+        return Positions(ranks.positions.to(torch.float64), k.to(torch.float64), r, query, counts)
+
+    @property
+    def n_queries(self) -> int:
+        return self.counts.numel()
+
+    def first(self) -> Tensor:
+        """p_1 of every counted query [Q']."""
+        return self.pos[self.counts.cumsum(0) - self.counts]
+
+    def mean_over_queries(self, per_position: Tensor) -> float:
+        """Mean over queries of (1/R) Σ per_position; 0.0 when no query counts."""
+        if self.n_queries == 0:
+            return 0.0
+        per_query = torch.zeros(self.n_queries, dtype=torch.float64)
+        per_query.index_add_(0, self.query, per_position)
+        return (per_query / self.counts.to(torch.float64)).mean().item()
+
+
+def _recall(p: Positions, ks: Sequence[int]) -> dict[str, float]:
+    first = p.first()
+    hit = (lambda k: (first <= k).to(torch.float64).mean().item()) if p.n_queries else None
+    return {f"R@{k}": hit(k) if hit else 0.0 for k in ks}
+
+
+def _average_precision(p: Positions, ks: Sequence[int]) -> dict[str, float]:
+    return {"mAP": p.mean_over_queries(p.k / p.pos)}
+
+
+def _map_at_r(p: Positions, ks: Sequence[int]) -> dict[str, float]:
+    return {"MAP@R": p.mean_over_queries(torch.where(p.pos <= p.r, p.k / p.pos, 0.0))}
+
+
+def _r_precision(p: Positions, ks: Sequence[int]) -> dict[str, float]:
+    return {"R-Precision": p.mean_over_queries((p.pos <= p.r).to(torch.float64))}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One registered metric.
+
+    Args:
+        name: what `RetrievalEvaluator(metrics=...)` selects.
+        column: its result key and results-row column; `{k}` stands for each K (`R@{k}`).
+        from_ranks: the formula on the positives' positions; None for NMI, which clusters the
+            embeddings instead.
+        protocols: the protocols it is defined for.
+    """
+
+    name: str
+    column: str
+    from_ranks: Callable[[Positions, Sequence[int]], dict[str, float]] | None
+    protocols: tuple[RetrievalProtocol, ...] = PROTOCOLS
+
+    @property
+    def per_k(self) -> bool:
+        return "{k}" in self.column
+
+    def owns(self, column: str) -> int | None:
+        """K of `column` for a per-K metric (0 for the others) if `column` is ours, else None."""
+        if not self.per_k:
+            return 0 if column == self.column else None
+        prefix, suffix = self.column.split("{k}")
+        middle = column[len(prefix) : len(column) - len(suffix)]
+        fits = column.startswith(prefix) and column.endswith(suffix) and middle.isdigit()
+        return int(middle) if fits and len(column) > len(prefix) + len(suffix) else None
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("recall", "R@{k}", _recall),
+    Metric("mAP", "mAP", _average_precision),
+    Metric("MAP@R", "MAP@R", _map_at_r),
+    Metric("R-Precision", "R-Precision", _r_precision),
+    Metric("NMI", "NMI", None),
+)
+METRIC_NAMES = tuple(m.name for m in METRICS)
+DEFAULT_METRICS = ("recall", "mAP", "MAP@R", "R-Precision")  # NMI runs k-means: opt in
+
+
+def metric(name: str) -> Metric:
+    """The registered metric called `name`."""
+    for m in METRICS:
+        if m.name == name:
+            return m
+    raise KeyError(f"unknown metric {name!r}; choose one of {list(METRIC_NAMES)}")
+
+
+def _column_key(column: str) -> tuple[int, int] | None:
+    """(registry index, K) of a metric column, None for any other column."""
+    for index, m in enumerate(METRICS):
+        k = m.owns(column)
+        if k is not None:
+            return index, k
+    return None
+
+
+def is_metric_column(column: str) -> bool:
+    return _column_key(column) is not None
+
+
+def metric_columns(columns: Iterable[str]) -> list[str]:
+    """The metric columns among `columns`, in registry order (per-K metrics by K)."""
+    keyed = [(key, c) for c in columns if (key := _column_key(c)) is not None]
+    return [c for _, c in sorted(keyed)]
 
 
 def retrieval_metrics(
     ranks: PositiveRanks, ks: Sequence[int], metrics: Sequence[str]
 ) -> dict[str, float]:
-    """Mean metrics over the queries with at least one positive (0.0 if there is none)."""
-    counts = ranks.counts[ranks.counts > 0]
-    n_queries = counts.numel()
-    query = torch.repeat_interleave(torch.arange(n_queries), counts)  # [P] owner of each position
-    pos = ranks.positions.to(torch.float64)
-    k = torch.arange(pos.numel()) - torch.repeat_interleave(counts.cumsum(0) - counts, counts) + 1
-    r = counts.to(torch.float64)[query]
-    precision = k.to(torch.float64) / pos  # precision at each positive
-
-    def mean_over_queries(per_position: Tensor) -> float:
-        if n_queries == 0:
-            return 0.0
-        per_query = torch.zeros(n_queries, dtype=torch.float64).index_add_(0, query, per_position)
-        return (per_query / counts.to(torch.float64)).mean().item()
-
+    """The rank-based metrics among `metrics`, in registry order; 0.0 when no query counts."""
+    positions = Positions.of(ranks)
     out: dict[str, float] = {}
-    if "recall" in metrics:
-        first = pos[(counts.cumsum(0) - counts)] if n_queries else pos[:0]
-        for kk in ks:
-            out[f"R@{kk}"] = (first <= kk).to(torch.float64).mean().item() if n_queries else 0.0
-    if "mAP" in metrics:
-        out["mAP"] = mean_over_queries(precision)
-    in_top_r = pos <= r
-    if "MAP@R" in metrics:
-        out["MAP@R"] = mean_over_queries(torch.where(in_top_r, precision, 0.0))
-    if "R-Precision" in metrics:
-        out["R-Precision"] = mean_over_queries(in_top_r.to(torch.float64))
+    for m in METRICS:
+        if m.name in metrics and m.from_ranks is not None:
+            out |= m.from_ranks(positions, ks)
     return out
 
 

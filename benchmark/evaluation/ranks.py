@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from benchmark.evaluation import _scan
+from benchmark.evaluation.sets import excluded
 from benchmark.evaluation.similarity import (
     UnitEmbeddings,
     exact_similarities,
@@ -210,8 +211,8 @@ def positive_ranks(
 ) -> PositiveRanks:
     """Positions of all positives of every query; see the module docstring for the rule.
 
-    Excluded from each query's ranking: itself (`same_set`), and gallery items with its label
-    and its camera (when cameras are given). Junk gallery items must be removed by the caller.
+    Excluded from each query's ranking: itself (`same_set`), and the pairs `sets.excluded`
+    names (same label, same camera). Junk gallery items must be removed by the caller.
     """
     eps_in = shortlist_error(q, g)
     out = block(q.low[:1], g.low[:1])  # the block's output dtype and device
@@ -226,9 +227,9 @@ def positive_ranks(
         q_index = q_order[start : start + chunk_size]
         rows, pos = _same_label_pairs(q_labels[q_index], g_sorted)
         g_index = g_order[pos]
-        positive = torch.ones_like(rows, dtype=torch.bool)
-        if q_cams is not None and g_cams is not None:
-            positive = g_cams[g_index] != q_cams[q_index][rows]
+        pair_q_cams = q_cams[q_index][rows] if q_cams is not None else None
+        pair_g_cams = g_cams[g_index] if g_cams is not None else None
+        positive = ~excluded(torch.ones_like(rows, dtype=torch.bool), pair_q_cams, pair_g_cams)
         sims = exact_similarities(q, g, q_index[rows[positive]], g_index[positive])
         tab = _tables(rows[positive], sims, q_index.numel(), eps_in, out)
         scores = block(q.low[q_index.to(q.low.device)], g.low)  # [B, N]

@@ -9,49 +9,13 @@ deviation (ddof=1); it is empty for a single seed.
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import pandas as pd
 from scipy import stats
 
-# The columns that make two rows comparable (results rows contract, minus seed and provenance).
-SETTINGS = (
-    "dataset",
-    "protocol",
-    "labels",
-    "loss",
-    "loss_params",
-    "backbone",
-    "pretrained",
-    "embedding_dim",
-    "image_size",
-    "p",
-    "k",
-    "epochs",
-    "include_val",
-)
-_METRIC = re.compile(r"^(R@(\d+)|mAP|MAP@R|R-Precision|NMI)$")
-_METRIC_ORDER = {"mAP": 1, "MAP@R": 2, "R-Precision": 3, "NMI": 4}
-
-
-def metric_columns(columns: list[str] | pd.Index) -> list[str]:
-    """The metric columns among `columns`: R@K by K, then mAP, MAP@R, R-Precision, NMI."""
-    found = [c for c in columns if _METRIC.match(c)]
-    return sorted(
-        found, key=lambda c: (0, int(c[2:])) if c.startswith("R@") else (_METRIC_ORDER[c], 0)
-    )
-
-
-def read_rows(path: Path) -> pd.DataFrame:
-    """Results rows as written by `benchmark.results`: text columns kept verbatim, metrics float."""
-    if not path.is_file():
-        return pd.DataFrame(columns=["cell_id", *SETTINGS, "seed"])
-    rows = pd.read_csv(path, dtype=str, keep_default_na=False)
-    for column in [*metric_columns(rows.columns), "wall_time_s"]:
-        if column in rows:
-            rows[column] = pd.to_numeric(rows[column].replace("", math.nan))
-    return rows
+from benchmark.evaluation.metrics import metric_columns
+from benchmark.training.results import SETTINGS_COLUMNS, replaced
 
 
 def ci95(values: pd.Series) -> float:
@@ -63,7 +27,7 @@ def ci95(values: pd.Series) -> float:
     return float(stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / math.sqrt(n))
 
 
-def fold_rows(rows: pd.DataFrame) -> pd.DataFrame:
+def aggregate_rows(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per experiment: settings, `n_seeds`, `seeds`, `<metric>_mean`, `<metric>_ci95`.
 
     The latest row of a cell wins (a cell rerun by hand appends a second row).
@@ -78,7 +42,7 @@ def fold_rows(rows: pd.DataFrame) -> pd.DataFrame:
     out = []
     for name, runs in rows.groupby(experiment, sort=False):
         record: dict[str, object] = {"experiment": name, "group": name.split("/")[0]}
-        for column in SETTINGS:
+        for column in SETTINGS_COLUMNS:
             values = sorted(set(runs[column])) if column in runs else [""]
             if len(values) > 1:
                 raise ValueError(
@@ -98,18 +62,9 @@ def fold_rows(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_csv(board: pd.DataFrame, path: Path) -> None:
-    """Write the leaderboard atomically (temp file, then `os.replace`), 4 decimals."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    board.to_csv(tmp, index=False, float_format="%.4f")
-    tmp.replace(path)
-
-
-def write_text(path: Path, text: str) -> None:
-    """Write a leaderboard's text file atomically, like `write_csv`."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    """Write the leaderboard atomically, 4 decimals."""
+    with replaced(path) as tmp:
+        board.to_csv(tmp, index=False, float_format="%.4f")
 
 
 def read_leaderboard(path: Path) -> pd.DataFrame:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from benchmark.leaderboard.aggregate import SETTINGS
+from benchmark.training.results import SETTINGS_COLUMNS
 
 CELL_MEAN_PP, MEAN_PP = 5.0, 2.0  # machines whose float kernels differ: see the docstring
 
@@ -150,7 +150,7 @@ def compare(
         {c for c in [*old.columns, *new.columns] if c.endswith("_mean") and c != "wall_time_s_mean"}
     )
     for name in old.index.intersection(new.index, sort=False):
-        for column in (*SETTINGS, "n_seeds"):
+        for column in (*SETTINGS_COLUMNS, "n_seeds"):
             before, after = _text(old, name, column), _text(new, name, column)
             if before != after:
                 report.failures.append(f"{name}: {column} changed from {before!r} to {after!r}")

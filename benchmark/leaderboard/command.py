@@ -1,4 +1,4 @@
-"""`circlebench leaderboard --suite NAME`: run a suite's grid and fold its rows into a leaderboard.
+"""`circlebench leaderboard --suite NAME`: run a suite's grid and aggregate its rows over seeds.
 
 Outputs, with `R` = `--results-dir` and `O` = the suite's `output` (default `suites/<name>`):
 `R/suites/<name>/rows.csv` (one results row per cell), `R/suites/<name>/{runs,logs}/` (run
@@ -19,13 +19,7 @@ import pandas as pd
 from rich.console import Console
 
 from benchmark.leaderboard import numerics
-from benchmark.leaderboard.aggregate import (
-    fold_rows,
-    read_leaderboard,
-    read_rows,
-    write_csv,
-    write_text,
-)
+from benchmark.leaderboard.aggregate import aggregate_rows, read_leaderboard, write_csv
 from benchmark.leaderboard.check import compare
 from benchmark.leaderboard.markdown import leaderboard_markdown, read_paper_reference
 from benchmark.leaderboard.plots import write_plots
@@ -39,6 +33,7 @@ from benchmark.leaderboard.runner import (
     terminal_console,
 )
 from benchmark.leaderboard.suite import Suite, load_suite
+from benchmark.training.results import read_results, write_text
 
 DEFAULT_TOLERANCE = 1.0  # percentage points: one flipped query of 160; README says why
 RUNNERS: dict[str, CellRunner] = {"subprocess": subprocess_runner, "in-process": in_process_runner}
@@ -47,7 +42,7 @@ RUNNERS: dict[str, CellRunner] = {"subprocess": subprocess_runner, "in-process":
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="circlebench leaderboard",
-        description="Run a suite (experiments/suites/NAME.yaml) and fold it into a leaderboard.",
+        description="Run a suite (experiments/suites/NAME.yaml) and write its leaderboard.",
     )
     parser.add_argument("--suite", required=True, help="suite name, e.g. quick, ci, paper")
     parser.add_argument(
@@ -65,7 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", type=int, nargs="+", help="replace the suite's seeds")
     parser.add_argument("--no-wandb", action="store_true", help="no W&B, in cells or leaderboard")
     parser.add_argument(
-        "--fold-only", action="store_true", help="run nothing; fold the rows already there"
+        "--aggregate-only",
+        "--fold-only",  # its name before 2026-11-24
+        action="store_true",
+        help="run nothing; aggregate the rows already there",
     )
     parser.add_argument(
         "--jobs",
@@ -102,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         args.results_dir,
         runner,
         console,
-        run=not args.fold_only,
+        run=not args.aggregate_only,
         wandb=not args.no_wandb,
         jobs=args.jobs,
     )
@@ -133,19 +131,21 @@ def build(
     if run:
         settings = CellSettings(rows_csv, work, runner, wandb=wandb, threads=suite.threads)
         summary = run_cells(suite.cells(), settings, root=Path("."), console=console, jobs=jobs)
-    rows = read_rows(rows_csv)
+    rows = read_results(rows_csv)
     rows = rows[rows["cell_id"].isin({cell.cell_id for cell in suite.cells()})]
     out = results_dir / suite.output
     order = {cell.experiment: i for i, cell in enumerate(suite.cells())}
-    board = fold_rows(rows)  # rows are in the order cells finished; the suite's order reads better
+    board = aggregate_rows(
+        rows
+    )  # rows are in the order cells finished; the suite's order reads better
     board = board.sort_values("experiment", key=lambda s: s.map(order)) if len(board) else board
     if board.empty:
-        console.print(f"no rows for suite {suite.name!r} in {rows_csv}; nothing to fold")
+        console.print(f"no rows for suite {suite.name!r} in {rows_csv}; nothing to aggregate")
         return board, summary
     requires = {g.name: str(g.requires or "") for g in suite.groups}
     board.insert(2, "requires", board["group"].map(requires))
     write_csv(board, out / "leaderboard.csv")
-    if summary.ran:  # the machine that trained; folding elsewhere keeps the stored fingerprint
+    if summary.ran:  # the machine that trained; aggregating elsewhere keeps the stored fingerprint
         numerics.write(out, numerics.fingerprint())
     paper_csv = results_dir / "paper_reference.csv"
     paper = read_paper_reference(paper_csv) if paper_csv.is_file() else pd.DataFrame()

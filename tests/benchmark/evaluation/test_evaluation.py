@@ -89,7 +89,7 @@ def test_same_set_equals_brute_force(backend: str, quantised: bool, chunk_size: 
         emb, labels, (expected, skipped) = same_set_case(seed, quantised)
         ev = evaluator("same_set", backend=backend, chunk_size=chunk_size)
         assert ev.evaluate(emb, labels) == pytest.approx(expected, abs=1e-12)
-        assert ev.last_skipped_queries == skipped
+        assert ev.last_report.skipped_queries == skipped
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -101,7 +101,7 @@ def test_query_gallery_equals_brute_force(backend: str, quantised: bool, chunk_s
         ev = evaluator("query_gallery", backend=backend, chunk_size=chunk_size)
         got = ev.evaluate(q.numpy(), ql.numpy(), g.numpy(), gl.numpy(), qc.numpy(), gc.numpy())
         assert got == pytest.approx(expected, abs=1e-12)
-        assert ev.last_skipped_queries == skipped >= 3
+        assert ev.last_report.skipped_queries == skipped >= 3
 
 
 def test_backends_agree_on_clustered_data() -> None:
@@ -158,7 +158,7 @@ def test_same_set_hand_computed_with_singleton_skipped() -> None:
     ev = evaluator("same_set", ks=(1, 2))
     got = ev.evaluate(emb, labels)  # both queries rank the negative (0.8 / 0.96) first
     assert (got["R@1"], got["R@2"], got["mAP"]) == (0.0, 1.0, 1 / 2)
-    assert ev.last_skipped_queries == 1
+    assert ev.last_report.skipped_queries == 1
     assert ev.last_backend == "torch-cpu"
 
 

