@@ -35,7 +35,8 @@ def write_jpeg_folder(root: Path, classes: int, per_class: int) -> Path:
     """A CUB_200_2011/ folder of `classes × per_class` 400×300 JPEGs with smooth content."""
     base = root / "CUB_200_2011"
     rng = np.random.default_rng(0)
-    images, labels = [], []
+    images: list[str] = []
+    labels: list[str] = []
     y, x = np.mgrid[0:300, 0:400]
     for c in range(1, classes + 1):
         for n in range(per_class):

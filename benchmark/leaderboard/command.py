@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 from rich.console import Console
@@ -208,8 +209,9 @@ def log_wandb_table(board: pd.DataFrame, suite: Suite, work: Path, console: Cons
     Never blocks the leaderboard: any W&B problem is printed and skipped.
     """
     mode = os.environ.get("WANDB_MODE", "offline")
-    if mode == "disabled" or board.empty:
+    if mode not in ("online", "offline") or board.empty:  # disabled, or a mode W&B rejects
         return
+    chosen: Literal["online", "offline"] = "online" if mode == "online" else "offline"
     try:
         import wandb
 
@@ -218,7 +220,7 @@ def log_wandb_table(board: pd.DataFrame, suite: Suite, work: Path, console: Cons
             project="circlebench-leaderboard",
             name=f"leaderboard-{suite.name}",
             job_type="leaderboard",
-            mode=mode,
+            mode=chosen,
             dir=str(work),
             settings=wandb.Settings(init_timeout=30, silent=True),
         )

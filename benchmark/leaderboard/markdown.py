@@ -11,8 +11,8 @@ import pandas as pd
 from benchmark.evaluation.metrics import metric_columns
 
 # Settings shown once in a group's heading when all its rows share them, else as a column.
-_SHARED = ("dataset", "protocol", "backbone", "pretrained", "embedding_dim", "image_size")
-_SHARED += ("p", "k", "epochs", "include_val")
+_SHARED: tuple[str, ...] = ("dataset", "protocol", "backbone", "pretrained", "embedding_dim")
+_SHARED += ("image_size", "p", "k", "epochs", "include_val")
 
 
 def read_paper_reference(path: Path) -> pd.DataFrame:

@@ -104,7 +104,7 @@ class CircleBenchCLI(LightningCLI):
             wandb=self._get(self.config, "wandb"),
             version=run_version(),
         )
-        self.run_dir = Path(loggers[0].log_dir)  # fast_dev_run swaps the loggers for dummies
+        self.run_dir = Path(str(loggers[0].log_dir))  # fast_dev_run swaps loggers for dummies
         extra = config.get("logger")  # loggers named in a config come after ours
         loggers += [
             x for x in (extra if isinstance(extra, list) else [extra]) if isinstance(x, Logger)
@@ -123,7 +123,7 @@ class CircleBenchCLI(LightningCLI):
         if not self._get(self.config, "test_after_fit") or self.trainer.interrupted:
             return
         checkpoint = self.trainer.checkpoint_callback
-        best = checkpoint is not None and checkpoint.monitor and checkpoint.best_model_path
+        best = isinstance(checkpoint, ModelCheckpoint) and checkpoint.best_model_path
         self.trainer.test(
             self.model, datamodule=self.datamodule, ckpt_path="best" if best else None
         )
@@ -150,7 +150,7 @@ class CircleBenchCLI(LightningCLI):
             self.datamodule,
             cell_id=config["cell_id"],
             loss_params=json.dumps(config["model"]["loss"].get("init_args", {}), sort_keys=True),
-            epochs=self.trainer.max_epochs,
+            epochs=int(self.trainer.max_epochs or 0),
             seed=config["seed_everything"],
             provenance={
                 "wall_time_s": round(time.perf_counter() - self._start, 1),

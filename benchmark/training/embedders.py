@@ -9,10 +9,11 @@ DataModule hands over the same [0, 1] RGB images.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator, Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 import timm
 import torch
@@ -64,14 +65,38 @@ class GlobalPool(nn.Module):
         if self.kind == "avgmax":
             return x.mean(dim=(2, 3)) + x.amax(dim=(2, 3))
         # fp32 because x^p overflows fp16/bf16 quickly; clamp because x^p needs x > 0.
-        p = self.p.float()
+        p = cast(nn.Parameter, self.p).float()  # built for kind == "gem"
         return x.float().clamp_min(self.eps).pow(p).mean(dim=(2, 3)).pow(1 / p).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"kind={self.kind!r}"
 
 
-class Embedder(nn.Module):
+class EmbedderBase(nn.Module, ABC):
+    """What `MetricLearningModule` and the results row need of an embedder.
+
+    `forward(inputs) -> embeddings [B, D]` (not normalised); the parameters split into the
+    backbone's and the head's (each has its own learning rate); what the results row records.
+    """
+
+    backbone_name: str
+    embedding_dim: int
+
+    @property
+    @abstractmethod
+    def pretrained_source(self) -> str:
+        """Where the backbone weights came from: "none", a package name, a path or a URL."""
+
+    @abstractmethod
+    def backbone_parameters(self) -> Iterator[nn.Parameter]:
+        """Trainable parameters of the backbone (for its own learning rate)."""
+
+    @abstractmethod
+    def head_parameters(self) -> Iterator[nn.Parameter]:
+        """Trainable parameters after the backbone."""
+
+
+class Embedder(EmbedderBase):
     """Backbone -> global pooling -> linear projection to `embedding_dim` (-> BNNeck).
 
     Args:
@@ -105,13 +130,16 @@ class Embedder(nn.Module):
             raise ValueError(f"embedding_dim must be a positive int, got {embedding_dim!r}")
         pool = GlobalPool(pooling)  # checks `pooling` before the (slow) backbone is built
         self.backbone_name, self.embedding_dim, self.freeze_bn = backbone, embedding_dim, freeze_bn
+        self.backbone: nn.Module
         self.backbone, convention, self._source = _pretrained_backbone(backbone, pretrained)
         self.input_bgr = convention.bgr
+        self.input_mean: Tensor
+        self.input_std: Tensor
         mean, std = torch.tensor(convention.mean), torch.tensor(convention.std)
         self.register_buffer("input_mean", mean.view(1, 3, 1, 1), persistent=False)
         self.register_buffer("input_std", std.view(1, 3, 1, 1), persistent=False)
         self.pool = pool
-        self.projection = nn.Linear(self.backbone.num_features, embedding_dim)
+        self.projection = nn.Linear(_num_features(self.backbone), embedding_dim)
         self.neck: nn.Module = nn.BatchNorm1d(embedding_dim) if bnneck else nn.Identity()
         if bnneck:
             self.neck.bias.requires_grad_(False)  # zero shift keeps features centred for cosine
@@ -144,13 +172,14 @@ class Embedder(nn.Module):
 
     def forward(self, images: Tensor) -> Tensor:
         """Embeddings [B, D] of [0, 1] RGB images [B, 3, H, W]; not L2-normalised."""
-        features = self.backbone.forward_features(self.normalize_input(images))  # [B, C, h, w]
+        forward_features = cast(Callable[[Tensor], Tensor], self.backbone.forward_features)
+        features = forward_features(self.normalize_input(images))  # [B, C, h, w]
         if features.ndim != 4:
             raise ValueError(
                 f"backbone {self.backbone_name!r} returns features of shape "
                 f"{tuple(features.shape)}, not a [B, C, h, w] map; use a convolutional backbone"
             )
-        return self.neck(self.projection(self.pool(features)))  # [B, D]
+        return self.neck(self.projection(self.pool(features)))  # [B, C, h, w] -> [B, D]
 
     def backbone_parameters(self) -> Iterator[nn.Parameter]:
         """Trainable parameters of the backbone (for its own learning rate)."""
@@ -182,14 +211,16 @@ def _pretrained_backbone(
         return model, _timm_convention(model), "timm-hub"
     state, source = _pretrained_state(name, pretrained)
     tf_lite0 = name in LITE0 and state is not None and lite0.is_efficientnet_pytorch_state(state)
+    classifier: str | None
     if name == "bninception":
         model, convention, classifier = BNInception(num_classes=0), BNINCEPTION_INPUT, "last_linear"
     else:
         # The TF-trained lite0 weights go with TF's BatchNorm epsilon (timm's default is 1e-5).
-        kwargs = {"bn_eps": lite0.BN_EPS} if tf_lite0 else {}
+        kwargs: dict[str, Any] = {"bn_eps": lite0.BN_EPS} if tf_lite0 else {}
         model = timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
-        convention, classifier = _timm_convention(model), model.pretrained_cfg.get("classifier")
-    if tf_lite0:
+        convention = _timm_convention(model)
+        classifier = cast(str | None, _pretrained_cfg(model).get("classifier"))
+    if tf_lite0 and state is not None:
         state, convention = lite0.timm_lite0_state_dict(state, model), TF_LITE_INPUT
     if state is not None:
         _load_headless(model, state, name, source, classifier)
@@ -207,8 +238,18 @@ def _pretrained_state(name: str, pretrained: bool | str) -> tuple[dict[str, Tens
     return _read_state(Path(pretrained)), str(pretrained)
 
 
+def _num_features(backbone: nn.Module) -> int:
+    """Channels of the backbone's feature map (timm's and BN-Inception's `num_features`)."""
+    return int(cast(int, backbone.num_features))
+
+
+def _pretrained_cfg(model: nn.Module) -> dict[str, Any]:
+    """timm's description of a model's weights (input mean/std, classifier name)."""
+    return dict(getattr(model, "pretrained_cfg", None) or {})
+
+
 def _timm_convention(model: nn.Module) -> InputConvention:
-    cfg = model.pretrained_cfg
+    cfg = _pretrained_cfg(model)
     mean, std = cfg.get("mean", IMAGENET_DEFAULT_MEAN), cfg.get("std", IMAGENET_DEFAULT_STD)
     return InputConvention(False, tuple(mean), tuple(std))
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import cast
 
 from torch import Tensor, nn
 
@@ -92,7 +93,8 @@ def timm_lite0_state_dict(source: Mapping[str, Tensor], model: nn.Module) -> dic
     Shapes are checked against `model` for every key it has; a headless model (num_classes=0)
     has no `classifier.*`, which the caller drops.
     """
-    key_map = timm_lite0_key_map(list(source), [len(stage) for stage in model.blocks])
+    stages = cast(nn.Sequential, model.blocks)  # timm's EfficientNet: a Sequential of stages
+    key_map = timm_lite0_key_map(list(source), [len(cast(nn.Sequential, s)) for s in stages])
     target = model.state_dict()
     state = {}
     for key, value in source.items():

@@ -48,7 +48,7 @@ def build_loggers(
         os.environ["WANDB_MODE"] = "offline"  # no account: never prompt, never reach the network
     os.environ.setdefault("WANDB_SILENT", "true")
     run_dir = Path(csv_logger.log_dir)
-    if rank_zero_only.rank == 0:  # other DDP ranks never write there
+    if getattr(rank_zero_only, "rank", 0) == 0:  # other DDP ranks never write there
         run_dir.mkdir(parents=True, exist_ok=True)
     wandb_logger = WandbLogger(
         project=f"circlebench-{dataset}", group=loss, name=version, save_dir=str(run_dir)

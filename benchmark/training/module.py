@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, cast
 
 import pytorch_lightning as pl
 import torch
@@ -20,7 +20,9 @@ from torch import Tensor, nn
 from torch.utils.data import DistributedSampler
 
 from benchmark.evaluation import RetrievalEvaluator
+from benchmark.evaluation.evaluator import EvaluationReport
 from benchmark.evaluation.sets import RetrievalProtocol
+from benchmark.training.embedders import EmbedderBase
 from benchmark.training.results import TestResult
 
 # per evaluation loader: (batch index, embeddings [b, D], labels [b], cameras [b]) per batch
@@ -46,7 +48,7 @@ class MetricLearningModule(pl.LightningModule):
 
     def __init__(
         self,
-        embedder: nn.Module,
+        embedder: EmbedderBase,
         loss: nn.Module,
         optimizer: OptimizerCallable = torch.optim.AdamW,
         lr_scheduler: LRSchedulerCallable | None = None,
@@ -64,7 +66,7 @@ class MetricLearningModule(pl.LightningModule):
         self.loss = loss
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
-        self.evaluator: RetrievalEvaluator | None = None
+        self._evaluator: RetrievalEvaluator | None = None
         self._eval_parts: EvalParts = {}
         self.test_result: TestResult | None = None  # set by each test epoch; read by the CLI
 
@@ -73,17 +75,28 @@ class MetricLearningModule(pl.LightningModule):
         return self.embedder(images)
 
     # ---- set-up ------------------------------------------------------------------------------
+    @property
+    def evaluator(self) -> RetrievalEvaluator:
+        """The evaluator `setup` built for the datamodule's protocol."""
+        if self._evaluator is None:
+            raise RuntimeError(
+                "MetricLearningModule: no evaluator before setup(); run it through a Trainer"
+            )
+        return self._evaluator
+
     def setup(self, stage: str) -> None:
-        datamodule = self.trainer.datamodule if self._trainer is not None else None
-        protocol = self.hparams.protocol or getattr(datamodule, "protocol", None)
-        ks = self.hparams.recall_ks or getattr(datamodule, "default_recall_ks", None)
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
+        protocol = self.hparams["protocol"] or getattr(datamodule, "protocol", None)
+        ks = self.hparams["recall_ks"] or getattr(datamodule, "default_recall_ks", None)
         if protocol is None or not ks:
             raise ValueError(
                 "MetricLearningModule: no evaluation protocol/Recall@K list; use a "
                 "RetrievalDataModule or pass --model.protocol and --model.recall_ks"
             )
         self.protocol: RetrievalProtocol = protocol
-        self.evaluator = RetrievalEvaluator(protocol, tuple(ks), backend=self.hparams.eval_backend)
+        self._evaluator = RetrievalEvaluator(
+            protocol, tuple(ks), backend=self.hparams["eval_backend"]
+        )
         num_classes = getattr(datamodule, "num_classes", None)
         if stage == "fit" and num_classes is not None:
             check_num_classes(self.loss, int(num_classes))
@@ -182,9 +195,10 @@ class MetricLearningModule(pl.LightningModule):
         self.log_dict({f"{stage}/{k}": v for k, v in percent.items()}, sync_dist=True)
         if stage == "test":
             hardest = self.evaluator.hardest_pairs(
-                *eval_args, max_queries=self.hparams.similarity_queries
+                *eval_args, max_queries=self.hparams["similarity_queries"]
             )
-            self.test_result = TestResult(self.evaluator.last_report, hardest)
+            report = cast(EvaluationReport, self.evaluator.last_report)  # set by evaluate()
+            self.test_result = TestResult(report, hardest)
         self._eval_parts = {}
 
     def _gathered(self, loader_idx: int, loader) -> tuple[Tensor, Tensor, Tensor]:
@@ -192,7 +206,8 @@ class MetricLearningModule(pl.LightningModule):
         parts = self._eval_parts.get(loader_idx, [])
         if self.trainer.world_size == 1:
             _, *columns = zip(*parts, strict=True)
-            return tuple(torch.cat(t) for t in columns)
+            embeddings, labels, cameras = (torch.cat(t) for t in columns)
+            return embeddings, labels, cameras
         if parts:
             batch_ids, *columns = zip(*parts, strict=True)
             embeddings, labels, cameras = (torch.cat(t) for t in columns)
@@ -213,10 +228,10 @@ class MetricLearningModule(pl.LightningModule):
 
     def _all_gather_rows(self, rows: Tensor) -> Tensor:
         """Concatenate `rows` [n_r, ...] of every rank r (n_r may differ, and be 0 as [0, 0])."""
-        shapes = self.all_gather(torch.tensor(rows.shape, device=self.device))  # [W, ndim]
+        shapes = cast(Tensor, self.all_gather(torch.tensor(rows.shape, device=self.device)))
         padded = rows.new_zeros(shapes.amax(dim=0).tolist())
         padded[tuple(slice(0, n) for n in rows.shape)] = rows
-        gathered = self.all_gather(padded.to(self.device))  # [W, max n, ...]
+        gathered = cast(Tensor, self.all_gather(padded.to(self.device)))  # [W, max n, ...]
         return torch.cat([gathered[r, : int(shape[0])] for r, shape in enumerate(shapes)])
 
 
