@@ -15,7 +15,8 @@ import pandas as pd
 from scipy import stats
 
 from benchmark.evaluation.metrics import metric_columns
-from benchmark.training.results import SETTINGS_COLUMNS, replaced
+from benchmark.training.atomic import replaced
+from benchmark.training.results import SETTINGS_COLUMNS
 
 
 def ci95(values: pd.Series) -> float:

@@ -6,9 +6,11 @@ committed leaderboard was produced without (reported, so the committer can add t
 
 On a machine whose float kernels match the committed leaderboard's (`numerics`)
 training is bit for bit the same, so every value must be within `tolerance`. Elsewhere single
-values move by chance (one query of 240 is 0.42 pp), so each cell's mean |delta| over its
-metrics must stay within CELL_MEAN_PP and the mean over all values within MEAN_PP: measured
-between two machines, 2.4 and 0.8 pp; a loss that trains differently moves its cell by more.
+values move by chance (one query of 240 is 0.42 pp): between two CPUs of this project the same
+suite moved one value by 8.1 pp at most, 0.81 pp on average, and one cell's mean |delta| by
+2.4 pp. So there each value must stay within VALUE_PP (1.5 × that largest change), each cell's
+mean |delta| within CELL_MEAN_PP and the mean over all values within MEAN_PP; a loss that
+trains differently moves its cell by more.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pandas as pd
 
 from benchmark.training.results import SETTINGS_COLUMNS
 
-CELL_MEAN_PP, MEAN_PP = 5.0, 2.0  # machines whose float kernels differ: see the docstring
+VALUE_PP, CELL_MEAN_PP, MEAN_PP = 12.0, 5.0, 2.0  # other float kernels: see the docstring
 
 
 @dataclass(frozen=True)
@@ -53,9 +55,9 @@ class CheckReport:
     notes: list[str] = field(default_factory=list)
 
     def failing(self, diff: MetricDiff) -> bool:
-        """A value that fails the check by itself: beyond tolerance on a same-numerics machine,
-        present on one side only anywhere."""
-        return diff.beyond(self.tolerance) if self.same_numerics else diff.beyond(math.inf)
+        """A value that fails the check by itself: beyond `tolerance` on a same-numerics
+        machine, beyond VALUE_PP elsewhere, present on one side only anywhere."""
+        return diff.beyond(self.tolerance if self.same_numerics else VALUE_PP)
 
     def _compared(self) -> list[MetricDiff]:
         """The values present on both sides (a finite delta)."""
@@ -95,19 +97,24 @@ class CheckReport:
                     f"{d.regenerated:>11.2f}  {d.delta:>+7.2f}{mark}"
                 )
         out += [f"FAIL: {f}" for f in self.failures] + [f"note: {n}" for n in self.notes]
-        largest = max((abs(d.delta) for d in self._compared()), default=0.0)
+        compared = self._compared()
+        top = max(compared, key=lambda d: abs(d.delta), default=None)
+        largest = "0.00 pp" if top is None else (
+            f"{abs(top.delta):.2f} pp ({top.experiment} {top.metric})"
+        )  # fmt: skip
         if self.same_numerics:
             rule = f"tolerance {self.tolerance:g} pp per value"
         else:
             cells = self.cell_means()
             worst = max(cells, key=cells.__getitem__, default="-")
             rule = (
-                f"other numerics: mean |delta| {self.mean_delta():.2f} pp (limit {MEAN_PP:g}), "
-                f"worst cell {worst} {cells.get(worst, 0.0):.2f} pp (limit {CELL_MEAN_PP:g})"
+                f"other numerics: per value limit {VALUE_PP:g} pp, mean |delta| "
+                f"{self.mean_delta():.2f} pp (limit {MEAN_PP:g}), worst cell {worst} "
+                f"{cells.get(worst, 0.0):.2f} pp (limit {CELL_MEAN_PP:g})"
             )
         out.append(
             f"{'OK' if self.ok else 'FAILED'}: {len(self.diffs)} values compared, "
-            f"{len(changed)} changed, largest |delta| {largest:.2f} pp ({rule})"
+            f"{len(changed)} changed, largest |delta| {largest} ({rule})"
         )
         return out
 

@@ -34,7 +34,8 @@ from benchmark.leaderboard.runner import (
     terminal_console,
 )
 from benchmark.leaderboard.suite import Suite, load_suite
-from benchmark.training.results import read_results, write_text
+from benchmark.training.atomic import write_text
+from benchmark.training.results import read_results
 
 DEFAULT_TOLERANCE = 1.0  # percentage points: one flipped query of 160; README says why
 RUNNERS: dict[str, CellRunner] = {"subprocess": subprocess_runner, "in-process": in_process_runner}

@@ -8,9 +8,13 @@ terminal shows only the progress bar and one line per cell.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import fcntl
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +27,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from benchmark.leaderboard.suite import Cell
 from benchmark.training.results import read_results
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_ACTIVE: set[int] = set()  # process groups of the cells running now (their leaders' pids)
+_ACTIVE_LOCK = threading.Lock()
+
 
 class CellFailedError(RuntimeError):
     """A cell's `fit` exited with an error; its log file says why."""
@@ -34,15 +42,54 @@ CellRunner = Callable[[list[str], Path, "int | None"], None]
 
 
 def subprocess_runner(args: list[str], log: Path, threads: int | None) -> None:
-    """Run `python -m benchmark.training.cli <args>` in a fresh interpreter (no shared state)."""
+    """Run `python -m benchmark.training.cli <args>` in a fresh interpreter (no shared state).
+
+    The cell runs in its own process group, which ends with this process: Ctrl-C or SIGTERM
+    here ends the whole group, and if this process is killed outright the kernel sends the cell
+    SIGKILL (Linux `PR_SET_PDEATHSIG`), so no orphan goes on to append a row later.
+    """
     env = dict(os.environ)
     if threads is not None:  # read by torch's OpenMP and MKL pools when they start
         env |= {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    returncode = run_in_own_group([sys.executable, "-m", "benchmark.training.cli", *args], log, env)
+    if returncode != 0:
+        raise CellFailedError(f"exit status {returncode}")
+
+
+def run_in_own_group(command: list[str], log: Path, env: dict[str, str]) -> int:
+    """Run `command` (output to `log`) in a new process group that dies with this process;
+    its exit status."""
     with log.open("w") as out:
-        command = [sys.executable, "-m", "benchmark.training.cli", *args]
-        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    if done.returncode != 0:
-        raise CellFailedError(f"exit status {done.returncode}")
+        cell = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        with _ACTIVE_LOCK:
+            _ACTIVE.add(cell.pid)
+        try:
+            return cell.wait()
+        finally:
+            with _ACTIVE_LOCK:
+                _ACTIVE.discard(cell.pid)
+
+
+def end_running_cells() -> None:
+    """SIGKILL the process group of every cell still running (on Ctrl-C or an error here)."""
+    with _ACTIVE_LOCK:
+        for pid in _ACTIVE:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux for SIGKILL when the parent dies."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def in_process_runner(args: list[str], log: Path, threads: int | None) -> None:
@@ -137,6 +184,40 @@ def run_cells(
         jobs: cells run at once (each with the suite's threads); 1 runs them one after another.
     """
     summary = RunSummary()
+    with suite_lock(settings.work_dir):
+        _run_unfinished(cells, settings, summary, root=root, console=console, jobs=jobs)
+    return summary
+
+
+@contextlib.contextmanager
+def suite_lock(work_dir: Path) -> Iterator[None]:
+    """Hold `<work_dir>/leaderboard.lock` while a suite runs: a second command on the same suite
+    would train every cell twice and overwrite the first one's logs, so it is refused."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with open(work_dir / "leaderboard.lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            raise SystemExit(
+                f"another leaderboard command is running this suite ({lock.read().strip()}, "
+                f"lock {work_dir / 'leaderboard.lock'}); wait for it to finish or stop it"
+            ) from None
+        lock.truncate(0)
+        lock.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        lock.flush()
+        yield
+
+
+def _run_unfinished(
+    cells: list[Cell],
+    settings: CellSettings,
+    summary: RunSummary,
+    *,
+    root: Path,
+    console: Console,
+    jobs: int,
+) -> None:
     done = set(read_results(settings.rows_csv)["cell_id"])
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
@@ -159,10 +240,15 @@ def run_cells(
             _run_one(cell, settings, summary, progress.console)
             progress.advance(task)
 
-        with ThreadPoolExecutor(max_workers=jobs) as pool:  # threads only wait on processes
+        pool = ThreadPoolExecutor(max_workers=jobs)  # its threads only wait on processes
+        try:
             list(pool.map(run, todo))
+        except BaseException:  # Ctrl-C: end the cells now, not when they finish
+            end_running_cells()
+            raise
+        finally:
+            pool.shutdown(cancel_futures=True)
         progress.update(task, description="cells")
-    return summary
 
 
 def _run_one(cell: Cell, settings: CellSettings, summary: RunSummary, console: Console) -> None:

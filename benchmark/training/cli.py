@@ -12,13 +12,21 @@ from __future__ import annotations
 import copy
 import json
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
-from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.loggers import Logger
 
+from benchmark.training.checkpoints import (
+    LAST,
+    CheckpointInfo,
+    best_checkpoint,
+    check_matches_config,
+    checkpoint_callbacks,
+    resumable_run,
+)
 from benchmark.training.loggers import ConfigToLoggersCallback, build_loggers, run_version
 from benchmark.training.module import MetricLearningModule
 from benchmark.training.results import (
@@ -34,7 +42,7 @@ from datamodules.base import RetrievalDataModule
 BASE_CONFIG = Path(__file__).resolve().parents[2] / "experiments" / "base.yaml"
 # Options that change where and how a run is recorded, not what it computes: not hashed.
 UNHASHED = {
-    "": ("results_csv", "cell_id", "wandb", "test_after_fit", "ckpt_path", "config"),
+    "": ("results_csv", "cell_id", "wandb", "test_after_fit", "ckpt_path", "config", "verbose"),
     "trainer": ("logger", "default_root_dir", "enable_progress_bar", "enable_model_summary"),
     "data.init_args": ("root", "num_workers", "eval_batch_size"),
 }
@@ -94,15 +102,30 @@ class CircleBenchCLI(LightningCLI):
         if not self.parse_only:
             super().instantiate_classes()
 
+    def _parse_ckpt_path(self) -> None:
+        """Check a checkpoint against the config instead of letting its hyper-parameters
+        silently replace the config's (Lightning's default)."""
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if ckpt_path and Path(ckpt_path).is_file():
+            self._dump_config()
+            try:
+                check_matches_config(ckpt_path, self.config_dump, training=subcommand == "fit")
+            except ValueError as error:
+                self.parser.error(str(error))
+
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         config = self._get(self.config_init, "trainer", default={})
         dataset = getattr(self.datamodule, "dataset_name", type(self.datamodule).__name__)
+        root = Path(config.get("default_root_dir") or "runs")
+        loss_name = type(self.model.loss).__name__
+        resumed = self._resumed_run(root / dataset / loss_name)
         loggers = build_loggers(
-            config.get("default_root_dir") or "runs",
+            root,
             dataset,
-            type(self.model.loss).__name__,
+            loss_name,
             wandb=self._get(self.config, "wandb"),
-            version=run_version(),
+            version=resumed.name if resumed else run_version(),
         )
         self.run_dir = Path(str(loggers[0].log_dir))  # fast_dev_run swaps loggers for dummies
         extra = config.get("logger")  # loggers named in a config come after ours
@@ -111,8 +134,27 @@ class CircleBenchCLI(LightningCLI):
         ]
         callbacks = list(config.get("callbacks") or [])
         if config.get("enable_checkpointing") is not False:
-            callbacks.append(_checkpoint_callback(_val_classes(self.datamodule) > 0))
+            callbacks += checkpoint_callbacks(_val_classes(self.datamodule) > 0)
         return super().instantiate_trainer(logger=loggers, callbacks=callbacks, **kwargs)
+
+    def _resumed_run(self, runs: Path) -> Path | None:
+        """The run folder `fit --ckpt_path last|RUN_DIR` continues (its `last.ckpt` becomes the
+        checkpoint Lightning resumes from); None when this fit starts a new run."""
+        ckpt_path = self._get(self.config, "ckpt_path") if self.subcommand == "fit" else None
+        if ckpt_path is None or Path(ckpt_path).is_file():
+            return None
+        if ckpt_path == "last":
+            self._dump_config()
+            run = resumable_run(runs, _resume_key(self.config_dump), _resume_key)
+        elif (Path(ckpt_path) / "checkpoints" / LAST).is_file():
+            run = Path(ckpt_path)
+        else:
+            raise FileNotFoundError(
+                f"--ckpt_path {ckpt_path}: neither a checkpoint file, a run folder with "
+                f"checkpoints/{LAST}, nor 'last' (the newest run of this config)"
+            )
+        self.config_init[self.subcommand]["ckpt_path"] = str(run / "checkpoints" / LAST)
+        return run
 
     def before_fit(self) -> None:
         self._start = time.perf_counter()
@@ -122,35 +164,52 @@ class CircleBenchCLI(LightningCLI):
     def after_fit(self) -> None:
         if not self._get(self.config, "test_after_fit") or self.trainer.interrupted:
             return
-        checkpoint = self.trainer.checkpoint_callback
-        best = isinstance(checkpoint, ModelCheckpoint) and checkpoint.best_model_path
-        self.trainer.test(
-            self.model, datamodule=self.datamodule, ckpt_path="best" if best else None
-        )
-        self._record()
+        best = best_checkpoint(self.trainer)
+        self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best)
+        if best is not None:
+            self._record(CheckpointInfo.read(best))
+            return
+        final = self.run_dir / "checkpoints" / LAST  # absent with fast_dev_run
+        trainer = self.trainer
+        path = str(final) if final.is_file() else ""
+        self._record(CheckpointInfo(path, trainer.current_epoch, trainer.global_step))
 
     def after_test(self) -> None:
-        self._record()
+        ckpt_path = self._get(self.config, "ckpt_path")
+        self._record(CheckpointInfo.read(ckpt_path) if ckpt_path else None)
 
-    def _record(self) -> None:
-        """Write `similarities.npz` in the run directory and append the results row (rank 0)."""
+    def _record(self, trained: CheckpointInfo | None) -> None:
+        """Write `similarities.npz` in the run directory and append the results row (rank 0).
+
+        Args:
+            trained: the weights that were evaluated; None for the untrained model, which is
+                recorded as the floor (`none (pretrained)`, 0 epochs), with a warning.
+        """
         if not self.trainer.is_global_zero:
             return
         result = self.model.test_result
         if result is None:
             raise RuntimeError("the test loop ended without evaluating; no results row written")
         save_similarities(self.run_dir / "similarities.npz", result.hardest.sp, result.hardest.sn)
-        append_row(self._get(self.config, "results_csv"), self._row())
+        if trained is None:
+            warnings.warn(
+                "no checkpoint was evaluated: the results row records the untrained model as a "
+                "floor (loss 'none (pretrained)', 0 epochs), not as a trained result; pass "
+                "--ckpt_path <file.ckpt> to test trained weights",
+                stacklevel=2,
+            )
+        append_row(self._get(self.config, "results_csv"), self._row(trained))
 
-    def _row(self) -> ResultRow:
+    def _row(self, trained: CheckpointInfo | None) -> ResultRow:
         self._dump_config()
         config = self.config_dump
+        loss_params = json.dumps(config["model"]["loss"].get("init_args", {}), sort_keys=True)
         return result_row(
             self.model,
             self.datamodule,
             cell_id=config["cell_id"],
-            loss_params=json.dumps(config["model"]["loss"].get("init_args", {}), sort_keys=True),
-            epochs=int(self.trainer.max_epochs or 0),
+            loss_params=loss_params,
+            trained=trained,
             seed=config["seed_everything"],
             provenance={
                 "wall_time_s": round(time.perf_counter() - self._start, 1),
@@ -161,16 +220,18 @@ class CircleBenchCLI(LightningCLI):
         )
 
 
-def _checkpoint_callback(validated: bool) -> ModelCheckpoint:
-    """`last.ckpt` always; with a validation split also `best.ckpt`, the best `val/R@1`."""
-    if validated:  # select the model on validation, never on test
-        return ModelCheckpoint(monitor="val/R@1", mode="max", save_last=True, filename="best")
-    return ModelCheckpoint(save_top_k=0, save_last=True)
-
-
 def _val_classes(datamodule: Any) -> int:
     hparams = getattr(datamodule, "hparams", {})
     return int(getattr(datamodule, "val_classes", hparams.get("val_classes", 0)) or 0)
+
+
+def _resume_key(config: dict) -> str:
+    """What must match for `--ckpt_path last` to continue a run: the hashed config, except the
+    epoch count (a run may be extended) and the trainer's callbacks (monitors may change)."""
+    config = hashed_config(config)
+    for key in ("max_epochs", "callbacks"):
+        config.get("trainer", {}).pop(key, None)
+    return config_hash(config)
 
 
 def hashed_config(config: dict) -> dict:

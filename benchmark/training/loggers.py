@@ -2,15 +2,20 @@
 
 W&B never prompts and never waits on the network: unless the user configured it (`WANDB_MODE`,
 `WANDB_API_KEY`, or a saved `wandb login`), runs are written offline under the run directory and
-can be uploaded later with `wandb sync <run_dir>/wandb/offline-run-*`.
+can be uploaded later with `wandb sync <run_dir>/wandb/offline-run-*`. With credentials but no
+route to the W&B server (checked with one connection of at most `PROBE_TIMEOUT_S`), the run
+goes offline too, with one line saying so, instead of failing after W&B's own time-outs.
 """
 
 from __future__ import annotations
 
 import netrc
 import os
+import socket
+import sys
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 import yaml
 from pytorch_lightning import LightningModule, Trainer
@@ -26,6 +31,20 @@ def wandb_is_configured() -> bool:
     try:
         return netrc.netrc().authenticators("api.wandb.ai") is not None
     except (OSError, netrc.NetrcParseError):
+        return False
+
+
+PROBE_TIMEOUT_S = 3.0
+
+
+def wandb_server_reachable(timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to the W&B server (`WANDB_BASE_URL` or api.wandb.ai) opens."""
+    url = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai")
+    port = url.port or (80 if url.scheme == "http" else 443)
+    try:
+        with socket.create_connection((url.hostname or "api.wandb.ai", port), timeout=timeout_s):
+            return True
+    except OSError:
         return False
 
 
@@ -46,6 +65,13 @@ def build_loggers(
         return [csv_logger]
     if not wandb_is_configured():
         os.environ["WANDB_MODE"] = "offline"  # no account: never prompt, never reach the network
+    elif os.environ.get("WANDB_MODE", "online") == "online" and not wandb_server_reachable():
+        os.environ["WANDB_MODE"] = "offline"
+        print(
+            "W&B: credentials found but the server cannot be reached; logging offline "
+            "(upload later with `wandb sync <run_dir>/wandb/offline-run-*`)",
+            file=sys.stderr,
+        )
     os.environ.setdefault("WANDB_SILENT", "true")
     run_dir = Path(csv_logger.log_dir)
     if getattr(rank_zero_only, "rank", 0) == 0:  # other DDP ranks never write there

@@ -3,24 +3,19 @@
 The row is the unit the leaderboard aggregates, so it carries everything that makes two runs
 comparable (dataset, protocol, loss and its hyper-parameters, backbone, image size, P×K, seed,
 ...), the metrics in percent, and where it came from (git sha, config hash, run directory). It
-is built from the objects that ran (`result_row`), never re-derived from config strings. Every
-results file, here and in the leaderboard, is written through `replaced`: a reader never sees
-a half-written file and a crash never truncates one.
+is built from the objects that ran (`result_row`), never re-derived from config strings; both
+files are written atomically (`atomic.replaced`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import fcntl
 import hashlib
 import io
 import json
 import math
-import os
 import subprocess
-import threading
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,6 +26,8 @@ import pandas as pd
 from benchmark.evaluation.evaluator import EvaluationReport
 from benchmark.evaluation.hardest_pairs import HardestPairs
 from benchmark.evaluation.metrics import metric_columns
+from benchmark.training.atomic import replaced, write_text
+from benchmark.training.checkpoints import CheckpointInfo
 from datamodules.msmt17 import MSMT17DataModule
 
 if TYPE_CHECKING:
@@ -39,8 +36,10 @@ if TYPE_CHECKING:
 
 # Columns after the metrics: how the numbers were obtained, not what was run.
 PROVENANCE_COLUMNS = (
-    "eval_backend", "skipped_queries", "wall_time_s", "git_sha", "config_hash", "run_dir",
+    "eval_backend", "skipped_queries", "checkpoint", "global_step", "wall_time_s", "git_sha",
+    "config_hash", "run_dir",
 )  # fmt: skip
+FLOOR_LOSS = "none (pretrained)"  # the loss column of an untrained model's row
 
 
 @dataclass(frozen=True)
@@ -65,6 +64,8 @@ class ResultRow:
     metrics: dict[str, float] = field(default_factory=dict)
     eval_backend: str = ""
     skipped_queries: int = 0  # queries without a positive in the gallery: not in the metrics
+    checkpoint: str = ""  # the evaluated weights; "" for the untrained model
+    global_step: int = 0  # optimiser steps behind those weights
     wall_time_s: float = 0.0
     git_sha: str = ""
     config_hash: str = ""
@@ -79,6 +80,14 @@ class ResultRow:
         head = {k: v for k, v in row.items() if k not in PROVENANCE_COLUMNS}
         tail = {k: row[k] for k in PROVENANCE_COLUMNS}
         return {**head, **{k: round(metrics[k], 4) for k in ordered}, **tail}
+
+
+# The columns that make two rows comparable: every field but the cell, seed, metrics, provenance.
+SETTINGS_COLUMNS = tuple(
+    f.name
+    for f in fields(ResultRow)
+    if f.name not in ("cell_id", "seed", "metrics", *PROVENANCE_COLUMNS)
+)
 
 
 @dataclass(frozen=True)
@@ -97,7 +106,7 @@ def result_row(
     *,
     cell_id: str,
     loss_params: str,
-    epochs: int,
+    trained: CheckpointInfo | None,
     seed: int,
     provenance: dict[str, str | float],
 ) -> ResultRow:
@@ -105,6 +114,8 @@ def result_row(
 
     Args:
         loss_params: the loss's constructor arguments as configured (JSON).
+        trained: the checkpoint that was evaluated; None for the untrained model, recorded as
+            the floor (loss `none (pretrained)`, 0 epochs).
         provenance: `wall_time_s`, `git_sha`, `config_hash` and `run_dir`.
     """
     if model.test_result is None:
@@ -116,56 +127,25 @@ def result_row(
         cell_id=cell_id,
         dataset=datamodule.dataset_name,
         protocol=model.protocol,
-        labels=model.loss.labels,
-        loss=type(model.loss).__name__,
-        loss_params=loss_params,
+        labels=model.loss.labels if trained else "",
+        loss=type(model.loss).__name__ if trained else FLOOR_LOSS,
+        loss_params=loss_params if trained else "",
         backbone=embedder.backbone_name,
         pretrained=embedder.pretrained_source,
         embedding_dim=embedder.embedding_dim,
         image_size=f"{height}x{width}",
         p=datamodule.p,
         k=datamodule.k,
-        epochs=epochs,
+        epochs=trained.epoch if trained else 0,
         seed=seed,
         include_val=str(datamodule.include_val) if isinstance(datamodule, MSMT17DataModule) else "",
         metrics={name: 100.0 * value for name, value in report.metrics.items()},
         eval_backend=report.backend,
         skipped_queries=report.skipped_queries,
+        checkpoint=trained.path if trained else "",
+        global_step=trained.global_step if trained else 0,
         **provenance,  # type: ignore[arg-type]
     )
-
-
-@contextlib.contextmanager
-def replaced(path: str | Path) -> Iterator[Path]:
-    """A temporary path beside `path` to write; on success it atomically replaces `path`.
-
-    The temporary file is created with `open` (not `mkstemp`), so the result keeps the user's
-    umask; on an exception it is removed and `path` is left as it was.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        yield tmp
-        with open(tmp, "rb+") as f:  # the data reaches the disk before the name does
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-# The columns that make two rows comparable: every field but the cell, seed, metrics, provenance.
-SETTINGS_COLUMNS = tuple(
-    f.name
-    for f in fields(ResultRow)
-    if f.name not in ("cell_id", "seed", "metrics", *PROVENANCE_COLUMNS)
-)
-
-
-def write_text(path: str | Path, text: str) -> None:
-    """Write `text` to `path` atomically (see `replaced`)."""
-    with replaced(path) as tmp:
-        tmp.write_text(text)
 
 
 def append_row(path: str | Path, row: ResultRow) -> None:

@@ -1,4 +1,4 @@
-"""Leaderboard: suites, folding over seeds, Markdown, --check, resuming, plots; no training."""
+"""Leaderboard: suites, aggregation over seeds, Markdown, --check, resuming, locks, plots."""
 
 from __future__ import annotations
 
@@ -6,7 +6,11 @@ import csv
 import itertools
 import json
 import math
+import os
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +19,7 @@ import pytest
 from scipy import stats
 
 from benchmark.leaderboard import command as leaderboard
-from benchmark.leaderboard import numerics
+from benchmark.leaderboard import numerics, runner
 from benchmark.leaderboard.aggregate import aggregate_rows, ci95, read_leaderboard
 from benchmark.leaderboard.check import compare
 from benchmark.leaderboard.markdown import leaderboard_markdown
@@ -120,7 +124,7 @@ def test_check_on_other_numerics_compares_cell_means() -> None:
     mean |delta| may not (the rows' three metrics move by 1, 1 and ½ times the R@1 shift)."""
     report = compare(*boards(60.0, 62.0), tolerance=0.5, skipped={}, same_numerics=False)
     assert report.ok and report.cell_means() == {"syn/circle": pytest.approx(5 / 3)}
-    assert "other numerics: mean |delta| 1.67 pp" in report.lines()[-1]
+    assert "other numerics: per value limit 12 pp, mean |delta| 1.67 pp" in report.lines()[-1]
     assert not any(line.endswith("FAIL") for line in report.lines())
     report = compare(*boards(60.0, 68.0), tolerance=0.5, skipped={}, same_numerics=False)
     assert not report.ok  # 6.7 pp on average over the cell: a real change
@@ -128,6 +132,21 @@ def test_check_on_other_numerics_compares_cell_means() -> None:
     new.loc[0, "mAP_mean"] = float("nan")  # a metric gone is a failure whatever the machine
     report = compare(old, new, tolerance=0.5, skipped={}, same_numerics=False)
     assert not report.ok and report.lines()[-2].endswith("FAIL")
+
+
+def test_check_on_other_numerics_bounds_each_value_too() -> None:
+    """One value 13 pp away fails even where the cell and overall means are within theirs."""
+    rows = [row(f"syn/c{i}/seed0", 0, 60.0) for i in range(10)]
+    old = aggregate_rows(frame(*rows)).assign(requires="")
+    new = old.copy()
+    new.loc[3, "R@1_mean"] += 13.0
+    report = compare(old, new, tolerance=0.5, skipped={}, same_numerics=False)
+    assert report.cell_means()["syn/c3"] < 5 and report.mean_delta() < 2
+    assert not report.ok
+    assert any(line.endswith("+13.00  FAIL") for line in report.lines())
+    assert "largest |delta| 13.00 pp (syn/c3 R@1)" in report.lines()[-1]
+    new.loc[3, "R@1_mean"] -= 2.0  # 11 pp: within chance on other hardware
+    assert compare(old, new, tolerance=0.5, skipped={}, same_numerics=False).ok
 
 
 def test_check_fails_missing_and_extra_cells_but_reports_absent_data() -> None:
@@ -317,3 +336,36 @@ def test_numerics_fingerprint_is_stable_and_stored_beside_the_board(tmp_path: Pa
     numerics.write(tmp_path, value)
     assert numerics.read(tmp_path) == value
     assert [p.name for p in tmp_path.iterdir()] == [numerics.FILE_NAME]  # no temporary left
+
+
+def test_a_second_command_on_a_running_suite_is_refused(tmp_path: Path) -> None:
+    work = tmp_path / "suites" / "t"
+    refused = pytest.raises(SystemExit, match="another leaderboard command is running this suite")
+    with runner.suite_lock(work), refused, runner.suite_lock(work):
+        pass  # never reached: the second lock refuses
+
+
+def test_a_cell_dies_with_a_killed_leaderboard_process(tmp_path: Path) -> None:
+    """SIGKILL of the leaderboard leaves no orphan cell to append a row later."""
+    pid_file = tmp_path / "cell.pid"
+    cell = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    parent = (
+        "import sys; from pathlib import Path; from benchmark.leaderboard.runner import "
+        f"run_in_own_group; run_in_own_group([sys.executable, '-c', {cell!r}], "
+        f"Path({str(tmp_path / 'cell.log')!r}), {{}})"
+    )
+    leaderboard_process = subprocess.Popen([sys.executable, "-c", parent], cwd=REPO)
+    deadline = time.monotonic() + 60
+    while not pid_file.is_file() or not pid_file.read_text():
+        assert time.monotonic() < deadline and leaderboard_process.poll() is None
+        time.sleep(0.05)
+    cell_pid = int(pid_file.read_text())
+    leaderboard_process.kill()
+    leaderboard_process.wait()
+    while time.monotonic() < deadline:
+        try:
+            os.kill(cell_pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"cell {cell_pid} outlived the killed leaderboard process")

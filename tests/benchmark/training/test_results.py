@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import multiprocessing as mp
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,8 +14,10 @@ import pytest
 from benchmark.evaluation.evaluator import EvaluationReport
 from benchmark.evaluation.hardest_pairs import HardestPairs
 from benchmark.training.bninception import CHECKPOINT_URL
+from benchmark.training.checkpoints import CheckpointInfo
 from benchmark.training.cli import hashed_config
 from benchmark.training.results import (
+    FLOOR_LOSS,
     ResultRow,
     TestResult,
     append_row,
@@ -29,7 +32,8 @@ CONTRACT_COLUMNS = [
     "cell_id", "dataset", "protocol", "labels", "loss", "loss_params", "backbone", "pretrained",
     "embedding_dim", "image_size", "p", "k", "epochs", "seed", "include_val",
     "R@1", "R@2", "R@10", "mAP", "MAP@R", "R-Precision",
-    "eval_backend", "skipped_queries", "wall_time_s", "git_sha", "config_hash", "run_dir",
+    "eval_backend", "skipped_queries", "checkpoint", "global_step", "wall_time_s", "git_sha",
+    "config_hash", "run_dir",
 ]  # fmt: skip
 
 
@@ -125,10 +129,11 @@ def test_result_row_reads_the_objects_that_ran() -> None:
         test_result=TestResult(report, HardestPairs(np.zeros(1), np.zeros(1))),
     )  # fmt: skip
     data = SimpleNamespace(dataset_name="cub200", image_size=(224, 200), p=16, k=5)
+    provenance = {"wall_time_s": 1.0, "git_sha": "", "config_hash": "", "run_dir": "r"}
+    trained = CheckpointInfo("r/checkpoints/last.ckpt", epoch=3, global_step=30)
     row = result_row(
-        model, data, cell_id="", loss_params="{}", epochs=3, seed=1,
-        provenance={"wall_time_s": 1.0, "git_sha": "", "config_hash": "", "run_dir": "r"},
-    )  # fmt: skip
+        model, data, cell_id="", loss_params="{}", trained=trained, seed=1, provenance=provenance
+    )
     assert (row.pretrained, row.backbone, row.embedding_dim) == (CHECKPOINT_URL, "bninception", 512)
     assert (row.metrics, row.eval_backend, row.skipped_queries) == (
         {"R@1": 50.0, "mAP": 25.0}, "torch-cpu", 1,
@@ -136,12 +141,18 @@ def test_result_row_reads_the_objects_that_ran() -> None:
     assert (row.image_size, row.labels, row.loss, row.include_val) == (
         "224x200", "pair-wise", "CircleLoss", "",
     )  # fmt: skip
+    assert (row.epochs, row.checkpoint, row.global_step) == (3, trained.path, 30)
+    floor = result_row(
+        model, data, cell_id="", loss_params="{}", trained=None, seed=1, provenance=provenance
+    )
+    assert (floor.loss, floor.labels, floor.loss_params, floor.epochs) == (FLOOR_LOSS, "", "", 0)
+    assert (floor.checkpoint, floor.metrics) == ("", row.metrics)
 
 
 def test_result_row_needs_a_tested_model() -> None:
     model = SimpleNamespace(test_result=None)
     with pytest.raises(ValueError, match="has not been tested"):
-        result_row(model, SimpleNamespace(), cell_id="", loss_params="", epochs=0, seed=0,
+        result_row(model, SimpleNamespace(), cell_id="", loss_params="", trained=None, seed=0,
                    provenance={})  # fmt: skip
 
 
@@ -150,3 +161,12 @@ def test_similarities_npz_holds_float_sp_and_sn(tmp_path: Path) -> None:
     with np.load(tmp_path / "similarities.npz") as data:
         assert sorted(data.files) == ["sn", "sp"] and data["sp"].dtype == np.float32
     assert [p.name for p in tmp_path.iterdir()] == ["similarities.npz"]
+
+
+def test_rows_keep_the_users_umask(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        append_row(tmp_path / "runs.csv", make_row())
+    finally:
+        os.umask(old)
+    assert (tmp_path / "runs.csv").stat().st_mode & 0o777 == 0o644

@@ -1,0 +1,175 @@
+"""Checkpoints that survive: every epoch, on SIGINT/SIGTERM, resumable, and checked on load.
+
+Each run folder keeps `checkpoints/last.ckpt` (rewritten after every training epoch, so a run
+killed in epoch e resumes from the end of epoch e-1 and finishes with the uninterrupted run's
+weights), `checkpoints/best.ckpt` (the best `val/R@1`, with a validation split) and, when the
+run is stopped by Ctrl-C or SIGTERM, `checkpoints/interrupted.ckpt` (the state at the signal,
+mid-epoch). `--ckpt_path last` resumes the newest run of the same config; `--ckpt_path RUN_DIR`
+resumes that run.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import yaml
+from pytorch_lightning.callbacks import Callback, ModelCheckpoint
+from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+from benchmark.training.atomic import replaced
+
+LAST, BEST, INTERRUPTED = "last.ckpt", "best.ckpt", "interrupted.ckpt"
+# Data arguments that change where or how fast data is read, not what is trained or tested,
+# and those that only shape training batches (free to differ when evaluating a checkpoint).
+DATA_LOCATION = ("root", "num_workers", "eval_batch_size")
+DATA_BATCHES = ("p", "k", "batches_per_epoch")
+
+
+class LastCheckpoint(ModelCheckpoint):
+    """`last.ckpt` after every training epoch (after its validation), written atomically, and
+    `interrupted.ckpt` when Ctrl-C or SIGTERM stops training.
+
+    Lightning's `ModelCheckpoint(save_last=True)` refreshes `last.ckpt` only when it also saves
+    a top-k checkpoint, so without a monitored metric a killed run had no checkpoint at all.
+    This one saves no top-k file; being a `ModelCheckpoint`, it keeps Lightning from adding its
+    default `epoch=N-step=M.ckpt` one.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(save_top_k=0)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._save(trainer, LAST)
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        if isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
+            self._save(trainer, INTERRUPTED)
+
+    def _save(self, trainer: pl.Trainer, name: str) -> None:
+        if trainer.sanity_checking or self.dirpath is None:
+            return
+        path = Path(self.dirpath) / name
+        with replaced(path) as tmp:  # a kill during the write leaves the previous file
+            trainer.save_checkpoint(tmp)
+
+
+def checkpoint_callbacks(validated: bool) -> list[Callback]:
+    """`last.ckpt` after every training epoch; with a validation split also `best.ckpt`."""
+    callbacks: list[Callback] = [LastCheckpoint()]
+    if validated:  # select the model on validation, never on test
+        callbacks.append(ModelCheckpoint(monitor="val/R@1", mode="max", filename="best"))
+    return callbacks
+
+
+def best_checkpoint(trainer: pl.Trainer) -> str | None:
+    """The path of `best.ckpt` if this run validated and saved one, else None."""
+    for callback in trainer.checkpoint_callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.monitor and callback.best_model_path:
+            return callback.best_model_path
+    return None
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What a results row records of the weights it evaluated."""
+
+    path: str
+    epoch: int  # training epochs completed when it was saved
+    global_step: int
+
+    @staticmethod
+    def read(path: str | Path) -> CheckpointInfo:
+        state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        # Lightning's "epoch" is the index of the epoch being trained when it saved, the same
+        # before and after that epoch's end; the loop's progress counts finished epochs.
+        progress = state["loops"]["fit_loop"]["epoch_progress"]["total"]
+        return CheckpointInfo(str(path), int(progress["processed"]), int(state["global_step"]))
+
+
+def resumable_run(runs: Path, key: str, config_key: Any) -> Path:
+    """The newest run folder under `runs` with a `last.ckpt` whose config has `key`.
+
+    Args:
+        key: `config_key(config)` of the config being run; runs whose saved `config.yaml`
+            gives another key trained something else.
+    """
+    candidates = sorted(
+        runs.glob(f"*/checkpoints/{LAST}"), key=lambda p: p.stat().st_mtime, reverse=True
+    )
+    for last in candidates:
+        saved = last.parents[1] / "config.yaml"
+        if saved.is_file() and config_key(yaml.safe_load(saved.read_text())) == key:
+            return last.parents[1]
+    raise FileNotFoundError(
+        f"--ckpt_path last: no earlier run of this config with checkpoints/{LAST} under {runs} "
+        f"({len(candidates)} run(s) of other configs); run `fit` without --ckpt_path first, or "
+        "pass --ckpt_path <run folder> or <file.ckpt>"
+    )
+
+
+def check_matches_config(ckpt_path: str | Path, config: dict[str, Any], *, training: bool) -> None:
+    """Raise if the checkpoint was trained with another loss, embedder or data than `config`.
+
+    Evaluation-only settings (`recall_ks`, `protocol`, `eval_backend`, the data's location and
+    loader settings, and P, K and the epoch length unless `training`) may differ: the config's
+    values are the ones used.
+    """
+    state = torch.load(ckpt_path, map_location="cpu", weights_only=False, mmap=True)
+    model = state.get("hyper_parameters", {})
+    data = dict(state.get("datamodule_hyper_parameters", {}))
+    problems = []
+    for part in ("loss", "embedder"):
+        saved, wanted = model.get(part), config["model"].get(part)
+        if part == "embedder":  # initial weights do not matter: the checkpoint replaces them
+            saved, wanted = _without(saved, "pretrained"), _without(wanted, "pretrained")
+        if saved is not None and saved != wanted:
+            problems.append(f"model.{part}: checkpoint {_short(saved)}, config {_short(wanted)}")
+    if data:
+        saved_data = {
+            "class_path": data.pop("_class_path", None),
+            "init_args": {k: v for k, v in data.items() if not k.startswith("_")},
+        }
+        wanted_data = copy.deepcopy(config["data"])
+        for spec in (saved_data, wanted_data):
+            for name in DATA_LOCATION if training else (*DATA_LOCATION, *DATA_BATCHES):
+                spec.get("init_args", {}).pop(name, None)
+        wanted_args = wanted_data.get("init_args", {})
+        differing = {
+            k: (v, wanted_args.get(k)) for k, v in saved_data["init_args"].items()
+            if k in wanted_args and wanted_args[k] != v
+        }  # fmt: skip
+        if saved_data["class_path"] != wanted_data.get("class_path") or differing:
+            problems.append(
+                f"data: checkpoint {saved_data['class_path']} vs config "
+                f"{wanted_data.get('class_path')}; differing (checkpoint, config): {differing}"
+            )
+    if problems:
+        raise ValueError(
+            f"{ckpt_path} was trained with another setting than this config:\n  "
+            + "\n  ".join(problems)
+            + "\nPass the config the checkpoint was trained with (its run folder's config.yaml);"
+            " only evaluation settings (--model.recall_ks, --model.protocol, "
+            "--model.eval_backend, the data root and loaders) may be changed."
+        )
+
+
+def _without(spec: Any, key: str) -> Any:
+    if not isinstance(spec, dict):
+        return spec
+    spec = copy.deepcopy(spec)
+    spec.get("init_args", {}).pop(key, None)
+    return spec
+
+
+def _short(spec: Any) -> str:
+    if isinstance(spec, dict) and "class_path" in spec:
+        name = str(spec["class_path"]).rsplit(".", 1)[-1]
+        return f"{name}({spec.get('init_args', {})})"
+    return repr(spec)

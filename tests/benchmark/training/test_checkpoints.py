@@ -1,0 +1,134 @@
+"""Interrupted runs resume exactly; checkpoints are checked against the config; rows say what
+was evaluated (a subprocess per run: the process kills itself)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmark.training.checkpoints import CheckpointInfo
+
+ROOT = Path(__file__).resolve().parents[3]
+FINE = ROOT / "experiments" / "synthetic" / "fine_grained"
+TINY = [
+    "--model.embedder.init_args.backbone=test_efficientnet",
+    "--model.embedder.init_args.pretrained=false",
+    "--data.init_args.image_size=32",
+    "--data.init_args.images_per_class=4",
+    "--data.init_args.eval_batch_size=64",
+    "--data.init_args.batches_per_epoch=2",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+    "--wandb=false",
+]
+METRICS = ("R@1", "R@2", "R@4", "R@8", "mAP", "MAP@R", "R-Precision")
+
+
+def circlebench(tmp: Path, *args: str, config: str = "circle_class") -> subprocess.CompletedProcess:
+    """`python -m benchmark.cli <args>` on a tiny synthetic config, one thread, in `tmp`."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    command = [
+        sys.executable,
+        "-m",
+        "benchmark.cli",
+        *args,
+        "--config",
+        str(FINE / f"{config}.yaml"),
+    ]
+    command += [*TINY, f"--results_csv={tmp / 'runs.csv'}", f"--trainer.default_root_dir={tmp}"]
+    return subprocess.run(command, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+
+
+def rows(tmp: Path) -> list[dict[str, str]]:
+    path = tmp / "runs.csv"
+    return list(csv.DictReader(path.open(newline=""))) if path.is_file() else []
+
+
+def signal_at(epoch: int, name: str) -> str:
+    callback = {"class_path": "tests.benchmark.training.signals.SignalAtEpoch",
+                "init_args": {"epoch": epoch, "name": name}}  # fmt: skip
+    return f"--trainer.callbacks={json.dumps([callback])}"
+
+
+def ok(done: subprocess.CompletedProcess) -> None:
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The uninterrupted 3-epoch run's row."""
+    tmp = tmp_path_factory.mktemp("straight")
+    ok(circlebench(tmp, "fit", "--trainer.max_epochs=3"))
+    (row,) = rows(tmp)
+    return row
+
+
+def test_sigkill_in_epoch_2_then_ckpt_path_last_reproduces_the_uninterrupted_run(
+    tmp_path: Path, straight: dict[str, str]
+) -> None:
+    killed = circlebench(tmp_path, "fit", "--trainer.max_epochs=3", signal_at(1, "SIGKILL"))
+    assert killed.returncode == -9 and rows(tmp_path) == []
+    (last,) = tmp_path.rglob("last.ckpt")
+    assert CheckpointInfo.read(last).epoch == 1  # the first epoch finished, the second did not
+    ok(circlebench(tmp_path, "fit", "--trainer.max_epochs=3", "--ckpt_path=last"))
+    (resumed,) = rows(tmp_path)
+    assert [resumed[m] for m in METRICS] == [straight[m] for m in METRICS]
+    assert resumed["run_dir"] == str(last.parents[1])  # the same run folder goes on
+    assert (resumed["epochs"], resumed["global_step"]) == ("3", "6")
+    assert resumed["checkpoint"] == str(last)
+
+
+def test_sigint_leaves_an_interrupted_checkpoint_and_no_row(tmp_path: Path) -> None:
+    stopped = circlebench(tmp_path, "fit", "--trainer.max_epochs=3", signal_at(1, "SIGINT"))
+    assert stopped.returncode != 0 and rows(tmp_path) == []
+    names = sorted(p.name for p in tmp_path.rglob("*.ckpt"))
+    assert names == ["interrupted.ckpt", "last.ckpt"]
+
+
+def test_ckpt_path_last_without_an_earlier_run_says_what_to_do(tmp_path: Path) -> None:
+    done = circlebench(tmp_path, "fit", "--trainer.max_epochs=1", "--ckpt_path=last")
+    assert done.returncode != 0
+    assert "no earlier run of this config" in done.stderr
+
+
+def test_test_rows_record_the_checkpoint_and_share_the_fit_rows_config_hash(
+    tmp_path: Path, straight: dict[str, str]
+) -> None:
+    checkpoint = straight["checkpoint"]
+    ok(circlebench(tmp_path, "test", f"--ckpt_path={checkpoint}", "--trainer.max_epochs=3"))
+    (tested,) = rows(tmp_path)
+    assert [tested[m] for m in METRICS] == [straight[m] for m in METRICS]
+    assert (tested["epochs"], tested["checkpoint"], tested["loss"]) == (
+        "3",
+        checkpoint,
+        "CircleLoss",
+    )
+    assert tested["config_hash"] == straight["config_hash"]  # `verbose` is not hashed
+
+
+def test_evaluation_settings_may_change_but_not_the_loss(
+    tmp_path: Path, straight: dict[str, str]
+) -> None:
+    checkpoint = straight["checkpoint"]
+    ok(circlebench(tmp_path, "test", f"--ckpt_path={checkpoint}", "--model.recall_ks=[1,3]"))
+    (tested,) = rows(tmp_path)
+    assert tested["R@3"] != "" and "R@8" not in tested
+    other = circlebench(tmp_path, "test", f"--ckpt_path={checkpoint}", config="triplet")
+    assert other.returncode != 0 and len(rows(tmp_path)) == 1
+    assert "was trained with another setting than this config" in other.stderr
+    assert "model.loss: checkpoint CircleLoss" in other.stderr
+
+
+def test_testing_without_a_checkpoint_records_the_floor_with_a_warning(tmp_path: Path) -> None:
+    done = circlebench(tmp_path, "test")
+    ok(done)
+    (floor,) = rows(tmp_path)
+    assert (floor["loss"], floor["epochs"], floor["checkpoint"]) == ("none (pretrained)", "0", "")
+    assert (floor["labels"], floor["loss_params"]) == ("", "")
+    assert "records the untrained model as a floor" in done.stderr

@@ -1,0 +1,55 @@
+"""W&B never blocks a run: offline without an account, offline (one line) when unreachable."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from benchmark.training.loggers import build_loggers, wandb_server_reachable
+
+
+@pytest.fixture
+def wandb_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_SILENT"):
+        monkeypatch.setenv(name, "")  # recorded, so the teardown restores the original
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc login
+    return monkeypatch
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_credentials_without_a_reachable_server_log_offline_with_one_line(
+    wandb_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wandb_env.setenv("WANDB_API_KEY", "x" * 40)
+    wandb_env.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_port()}")
+    assert not wandb_server_reachable()
+    loggers = build_loggers(tmp_path, "synthetic", "CircleLoss", wandb=True, version="v")
+    assert os.environ["WANDB_MODE"] == "offline" and len(loggers) == 2
+    assert "server cannot be reached; logging offline" in capsys.readouterr().err
+
+
+def test_a_reachable_server_keeps_the_users_mode(
+    wandb_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        wandb_env.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
+        assert wandb_server_reachable()
+
+
+def test_no_account_logs_offline_silently(
+    wandb_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build_loggers(tmp_path, "synthetic", "CircleLoss", wandb=True, version="v")
+    assert os.environ["WANDB_MODE"] == "offline" and capsys.readouterr().err == ""
