@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from losses.proxy import SoftmaxLoss
-from losses.similarity import compute_dtype
+from losses.similarity import check_class_count, compute_dtype
 
 
 class CenterLoss(nn.Module):
@@ -38,6 +38,7 @@ class CenterLoss(nn.Module):
             raise ValueError(
                 f"CenterLoss: alpha must be in (0, 1], got {alpha}; Wen et al. use 0.5"
             )
+        check_class_count(type(self).__name__, num_classes, embedding_dim)
         self.softmax = SoftmaxLoss(num_classes, embedding_dim)
         self.lambda_, self.alpha = lambda_, alpha
         self.register_buffer("centers", torch.zeros(num_classes, embedding_dim))

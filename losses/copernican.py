@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from losses.proxy import SoftmaxLoss
-from losses.similarity import compute_dtype
+from losses.similarity import check_class_count, compute_dtype
 
 
 def copernican_terms(
@@ -73,6 +73,7 @@ class CopernicanLoss(nn.Module):
                 f"CopernicanLoss: variant must be 'cosine' or 'l2', got {variant!r}; "
                 "'cosine' is the Copernican loss, 'l2' its Euclidean baseline"
             )
+        check_class_count(type(self).__name__, num_classes, embedding_dim)
         self.softmax = SoftmaxLoss(num_classes, embedding_dim)
         self.lambda_, self.beta, self.alpha, self.variant = lambda_, beta, alpha, variant
         self.register_buffer("planets", torch.zeros(num_classes, embedding_dim))

@@ -16,7 +16,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from losses.similarity import ClassProxies, check_labels, compute_dtype, pair_stats
+from losses.similarity import (
+    ClassProxies,
+    check_class_count,
+    check_labels,
+    compute_dtype,
+    pair_stats,
+)
 
 
 def margin_cross_entropy(sim: Tensor, pos_mask: Tensor, neg_mask: Tensor, *, s: float) -> Tensor:
@@ -50,7 +56,7 @@ class SoftmaxLoss(nn.Module):
 
     def __init__(self, num_classes: int, embedding_dim: int) -> None:
         super().__init__()
-        ClassProxies(num_classes, embedding_dim)  # validates both arguments with one message
+        check_class_count(type(self).__name__, num_classes, embedding_dim)
         self.num_classes = num_classes
         self.classifier = nn.Linear(embedding_dim, num_classes)
         self.last_stats: dict[str, Tensor] = {}

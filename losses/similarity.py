@@ -32,6 +32,20 @@ def check_labels(labels: Tensor, num_classes: int, owner: str) -> None:
         )
 
 
+def check_class_count(owner: str, num_classes: int, embedding_dim: int) -> None:
+    """Raise ValueError unless num_classes >= 2 and embedding_dim >= 1 (proxies, classifiers)."""
+    if num_classes < 2:
+        raise ValueError(
+            f"{owner}: num_classes must be >= 2, got {num_classes}; "
+            "pass the number of training classes"
+        )
+    if embedding_dim < 1:
+        raise ValueError(
+            f"{owner}: embedding_dim must be >= 1, got {embedding_dim}; "
+            "pass the embedder's output size"
+        )
+
+
 class _Gram(torch.autograd.Function):
     """x̂ x̂ᵀ [B, B] for x̂ = x / ‖x‖ (or x itself), with a hand-written backward.
 
@@ -109,16 +123,7 @@ class ClassProxies(SimilaritySource):
 
     def __init__(self, num_classes: int, embedding_dim: int) -> None:
         super().__init__()
-        if num_classes < 2:
-            raise ValueError(
-                f"ClassProxies: num_classes must be >= 2, got {num_classes}; "
-                "pass the number of training classes"
-            )
-        if embedding_dim < 1:
-            raise ValueError(
-                f"ClassProxies: embedding_dim must be >= 1, got {embedding_dim}; "
-                "pass the embedder's output size"
-            )
+        check_class_count(type(self).__name__, num_classes, embedding_dim)
         self.num_classes, self.embedding_dim = num_classes, embedding_dim
         self.proxies = nn.Parameter(torch.randn(num_classes, embedding_dim) / embedding_dim**0.5)
 

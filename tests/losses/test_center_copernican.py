@@ -73,7 +73,8 @@ def test_centres_are_checkpointed_but_not_optimised() -> None:
     [
         (lambda: CenterLoss(2, 2, lambda_=-1.0), "lambda_ must be >= 0"),
         (lambda: CenterLoss(2, 2, alpha=0.0), "alpha must be in"),
-        (lambda: CenterLoss(1, 2), "num_classes must be >= 2"),
+        (lambda: CenterLoss(1, 2), "^CenterLoss: num_classes must be >= 2, got 1"),
+        (lambda: CopernicanLoss(2, 0, 1.0, 1.0), "^CopernicanLoss: embedding_dim must be >= 1"),
         (lambda: CopernicanLoss(2, 2, lambda_=-1.0, beta=1.0), "lambda_ must be >= 0"),
         (lambda: CopernicanLoss(2, 2, lambda_=1.0, beta=-1.0), "beta must be >= 0"),
         (lambda: CopernicanLoss(2, 2, lambda_=1.0, beta=1.0, alpha=2.0), "alpha must be in"),
