@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from losses.base import MetricLoss
 from losses.proxy import SoftmaxLoss
-from losses.similarity import check_class_count, compute_dtype
+from losses.similarity import Paradigm, check_class_count, compute_dtype
 
 
-class CenterLoss(nn.Module):
+class CenterLoss(MetricLoss):
     """Softmax cross-entropy plus λ times the mean squared distance to the class centre.
 
     Args:
@@ -23,7 +24,7 @@ class CenterLoss(nn.Module):
         alpha: centre learning rate of Eq. 4, in (0, 1].
     """
 
-    labels: ClassVar[str] = "class-level"
+    paradigm: ClassVar[Paradigm] = "class-level"
     centers: Tensor  # [C, D] buffer
 
     def __init__(
@@ -42,7 +43,6 @@ class CenterLoss(nn.Module):
         self.softmax = SoftmaxLoss(num_classes, embedding_dim)
         self.lambda_, self.alpha = lambda_, alpha
         self.register_buffer("centers", torch.zeros(num_classes, embedding_dim))
-        self.last_stats: dict[str, Tensor] = {}
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         softmax = self.softmax(embeddings, labels)  # also checks the labels

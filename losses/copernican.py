@@ -20,10 +20,11 @@ from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
+from losses.base import MetricLoss
 from losses.proxy import SoftmaxLoss
-from losses.similarity import check_class_count, compute_dtype
+from losses.similarity import Paradigm, check_class_count, compute_dtype
 
 
 def copernican_terms(
@@ -38,7 +39,7 @@ def copernican_terms(
     return planet, -0.5 * (x - sun).square().sum(1).mean()
 
 
-class CopernicanLoss(nn.Module):
+class CopernicanLoss(MetricLoss):
     """Softmax cross-entropy plus λ (planet + β · sun) on L2-normalised embeddings.
 
     Args:
@@ -48,7 +49,7 @@ class CopernicanLoss(nn.Module):
         variant: "cosine" (the Copernican loss) or "l2" (its Euclidean baseline).
     """
 
-    labels: ClassVar[str] = "class-level"
+    paradigm: ClassVar[Paradigm] = "class-level"
     planets: Tensor  # [C, D] buffer
 
     def __init__(
@@ -77,7 +78,6 @@ class CopernicanLoss(nn.Module):
         self.softmax = SoftmaxLoss(num_classes, embedding_dim)
         self.lambda_, self.beta, self.alpha, self.variant = lambda_, beta, alpha, variant
         self.register_buffer("planets", torch.zeros(num_classes, embedding_dim))
-        self.last_stats: dict[str, Tensor] = {}
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         softmax = self.softmax(embeddings, labels)  # also checks the labels

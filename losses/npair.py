@@ -11,9 +11,10 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from losses.similarity import BatchPairs, compute_dtype, masked_logsumexp, pair_stats
+from losses.base import MetricLoss
+from losses.similarity import BatchPairs, Paradigm, compute_dtype, masked_logsumexp, pair_stats
 
 
 def npair_pair_loss(sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
@@ -23,10 +24,10 @@ def npair_pair_loss(sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
     return torch.where(pos_mask, F.softplus(lse_neg[:, None] - sim), 0.0)
 
 
-class NPairLoss(nn.Module):
+class NPairLoss(MetricLoss):
     """N-pair loss over the positive pairs of a batch plus Sohn's L2 penalty on embeddings."""
 
-    labels: ClassVar[str] = "pair-wise"
+    paradigm: ClassVar[Paradigm] = "pair-wise"
 
     def __init__(self, l2_reg: float = 0.002) -> None:
         super().__init__()
@@ -36,7 +37,6 @@ class NPairLoss(nn.Module):
             )
         self.l2_reg = l2_reg
         self.source = BatchPairs(normalize=False)
-        self.last_stats: dict[str, Tensor] = {}
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         sim, pos_mask, neg_mask = self.source(embeddings, labels)

@@ -16,8 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from losses.base import MetricLoss
 from losses.similarity import (
     ClassProxies,
+    Paradigm,
     check_class_count,
     check_labels,
     compute_dtype,
@@ -46,20 +48,19 @@ def _check_scale_margin(owner: str, s: float, m: float, m_max: float, hint: str)
         raise ValueError(f"{owner}: m must be in [0, {m_max:g}), got {m}; {hint}")
 
 
-class SoftmaxLoss(nn.Module):
+class SoftmaxLoss(MetricLoss):
     """Linear classifier (with bias) on raw embeddings + cross-entropy; the plain baseline.
 
     `last_stats` reports cosine similarities between embeddings and the classifier's weights.
     """
 
-    labels: ClassVar[str] = "class-level"
+    paradigm: ClassVar[Paradigm] = "class-level"
 
     def __init__(self, num_classes: int, embedding_dim: int) -> None:
         super().__init__()
         check_class_count(type(self).__name__, num_classes, embedding_dim)
         self.num_classes = num_classes
         self.classifier = nn.Linear(embedding_dim, num_classes)
-        self.last_stats: dict[str, Tensor] = {}
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         check_labels(labels, self.num_classes, type(self).__name__)
@@ -76,16 +77,15 @@ class SoftmaxLoss(nn.Module):
         return loss
 
 
-class _ProxyCrossEntropy(nn.Module):
+class _ProxyCrossEntropy(MetricLoss):
     """Shared shell: proxies, label check, stats; subclasses give the target logit's margin."""
 
-    labels: ClassVar[str] = "class-level"
+    paradigm: ClassVar[Paradigm] = "class-level"
 
     def __init__(self, num_classes: int, embedding_dim: int, logit_scale: float) -> None:
         super().__init__()
         self.source = ClassProxies(num_classes, embedding_dim)
         self.logit_scale = logit_scale
-        self.last_stats: dict[str, Tensor] = {}
 
     def margin_sim(self, sim: Tensor, pos_mask: Tensor) -> Tensor:
         """sim [B, C] with the margin applied to the target entries (none for NormFace)."""

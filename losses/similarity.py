@@ -8,13 +8,16 @@ similarities they feed the same formula. A source turns `embeddings [B, D]` and 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 _NORM_EPS = 1e-12  # as F.normalize
+
+# Where s_p and s_n come from: the other samples of the batch, or one proxy per class.
+Paradigm = Literal["pair-wise", "class-level"]
 
 
 def compute_dtype(tensor: Tensor) -> torch.dtype:
@@ -74,7 +77,7 @@ class _Gram(torch.autograd.Function):
 class SimilaritySource(nn.Module, ABC):
     """Base class: `forward(embeddings [B, D], labels [B]) -> (sim [B, N], pos_mask, neg_mask)`."""
 
-    labels: ClassVar[str]
+    paradigm: ClassVar[Paradigm]
 
     @abstractmethod
     def forward(self, embeddings: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -97,7 +100,7 @@ class BatchPairs(SimilaritySource):
             (False, for N-pair loss which regularises the norms instead).
     """
 
-    labels: ClassVar[str] = "pair-wise"
+    paradigm: ClassVar[Paradigm] = "pair-wise"
 
     def __init__(self, normalize: bool = True) -> None:
         super().__init__()
@@ -119,7 +122,7 @@ class BatchPairs(SimilaritySource):
 class ClassProxies(SimilaritySource):
     """Class-level labels: cosine similarity to learnable proxies w_c, one positive per anchor."""
 
-    labels: ClassVar[str] = "class-level"
+    paradigm: ClassVar[Paradigm] = "class-level"
 
     def __init__(self, num_classes: int, embedding_dim: int) -> None:
         super().__init__()

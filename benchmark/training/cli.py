@@ -151,7 +151,7 @@ class CircleBenchCLI(LightningCLI):
             cell_id=config["cell_id"],
             dataset=dataset,
             protocol=self.model.protocol,
-            labels=getattr(self.model.loss, "labels", ""),
+            labels=self.model.loss.paradigm,
             loss=type(self.model.loss).__name__,
             loss_params=json.dumps(model["loss"].get("init_args", {}), sort_keys=True),
             backbone=embedder.get("backbone", ""),

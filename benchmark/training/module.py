@@ -21,6 +21,7 @@ from torch.utils.data import DistributedSampler
 
 from benchmark.evaluation import RetrievalEvaluator
 from benchmark.training.results import hardest_pair_similarities
+from losses import MetricLoss
 
 Protocol = Literal["same_set", "query_gallery"]
 
@@ -44,7 +45,7 @@ class MetricLearningModule(pl.LightningModule):
     def __init__(
         self,
         embedder: nn.Module,
-        loss: nn.Module,
+        loss: MetricLoss,
         optimizer: OptimizerCallable = torch.optim.AdamW,
         lr_scheduler: LRSchedulerCallable | None = None,
         backbone_lr: float = 1e-4,

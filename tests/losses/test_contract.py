@@ -1,4 +1,4 @@
-"""One contract every loss keeps: what the training module and the CLI rely on."""
+"""Every exported loss against the contract stated in `losses/base.py`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from torch import nn
 import losses
 from losses import (
     ArcFaceLoss,
+    BatchPairs,
     CenterLoss,
     CircleLoss,
     ClassProxies,
@@ -19,9 +20,11 @@ from losses import (
     CopernicanLoss,
     CosFaceLoss,
     LiftedStructureLoss,
+    MetricLoss,
     MultiSimilarityLoss,
     NormFaceLoss,
     NPairLoss,
+    SimilaritySource,
     SoftmaxLoss,
     TripletLoss,
     UnifiedLoss,
@@ -46,22 +49,47 @@ FACTORIES = {
     "CopernicanLoss": lambda: CopernicanLoss(C, D, lambda_=0.5, beta=1.0),
     "CopernicanLoss-l2": lambda: CopernicanLoss(C, D, lambda_=0.5, beta=1.0, variant="l2"),
 }
+PAIR_WISE = {
+    "CircleLoss",
+    "UnifiedLoss",
+    "TripletLoss",
+    "MultiSimilarityLoss",
+    "LiftedStructureLoss",
+    "NPairLoss",
+    "ContrastiveLoss",
+}
+BASES = {"MetricLoss", "PairSimilarityLoss"}  # the contract and a shell, not losses to train
 
 
-def test_every_exported_loss_is_covered() -> None:
-    exported = {
-        name
-        for name in losses.__all__
-        if name.endswith("Loss") and inspect.isclass(getattr(losses, name))
-    } - {"AMSoftmaxLoss"}
-    assert exported == {name.split("-")[0] for name in FACTORIES}
+def exported_modules() -> dict[str, type]:
+    """The nn.Module classes of `losses.__all__` that are not similarity sources."""
+    classes = {name: getattr(losses, name) for name in losses.__all__}
+    return {
+        name: cls
+        for name, cls in classes.items()
+        if inspect.isclass(cls) and issubclass(cls, nn.Module)
+        if not issubclass(cls, SimilaritySource)
+    }
+
+
+def test_every_exported_loss_is_a_metric_loss_and_is_covered() -> None:
+    exported = exported_modules()
+    assert all(issubclass(cls, MetricLoss) for cls in exported.values())
+    assert set(exported) - BASES - {"AMSoftmaxLoss"} == {n.split("-")[0] for n in FACTORIES}
+
+
+def test_sources_declare_their_paradigm() -> None:
+    assert (BatchPairs.paradigm, ClassProxies.paradigm) == ("pair-wise", "class-level")
 
 
 @pytest.mark.parametrize("name", list(FACTORIES))
 def test_loss_contract(name: str, pk_batch) -> None:
     torch.manual_seed(0)
     loss_fn = FACTORIES[name]()
-    assert isinstance(loss_fn, nn.Module) and loss_fn.labels in ("pair-wise", "class-level")
+    assert isinstance(loss_fn, MetricLoss)
+    paradigm = "pair-wise" if name in PAIR_WISE else "class-level"
+    assert loss_fn.paradigm == paradigm
+    assert loss_fn.last_stats == {}
     embeddings, labels = pk_batch(p=C, k=3, dim=D)
     embeddings.requires_grad_()
     before = copy.deepcopy(loss_fn.state_dict())
@@ -76,7 +104,7 @@ def test_loss_contract(name: str, pk_batch) -> None:
     optimizer = torch.optim.SGD([embeddings, *params], lr=0.1)
     loss.backward()
     assert torch.isfinite(embeddings.grad).all() and embeddings.grad.abs().sum() > 0
-    if loss_fn.labels == "class-level":
+    if loss_fn.paradigm == "class-level":
         assert params, "class-level losses own proxies or a classifier the optimiser must see"
         assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in params)
         optimizer.step()
