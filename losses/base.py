@@ -10,10 +10,16 @@ one exported in `losses.__all__` against this list:
    takes it from its similarity source. The results row stores it in its `labels` column.
 3. After each forward, `last_stats` holds `sp_mean`, `sn_mean` and `active_fraction` as 0-dim
    detached tensors (`similarity.pair_stats`); the training module logs them every step.
-4. Hyper-parameters are checked in `__init__`; a bad value raises ValueError with the value,
+4. `forward` starts with `self.check_batch(embeddings, labels)`: a ValueError naming the loss
+   and the problem for embeddings that are not 2-D, labels that are not 1-D, a length mismatch,
+   an empty batch, or non-finite embeddings (with their count), instead of a NaN loss, a loss of
+   0 with NaN gradients, or an IndexError from deep inside. A class-level loss also names itself
+   when a label lies outside [0, num_classes) (for proxy losses the error comes from their
+   `ClassProxies`). One `isfinite(...).all()` and one host sync per batch: cheap next to the loss.
+5. Hyper-parameters are checked in `__init__`; a bad value raises ValueError with the value,
    the valid range and the paper's setting. Class-level losses own their proxies or classifier
    as parameters (the optimiser sees them through the module) and centres as buffers.
-5. The loss is computed in fp32 (fp64 for fp64 inputs) with autocast off inside it.
+6. The loss is computed in fp32 (fp64 for fp64 inputs) with autocast off inside it.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import ClassVar
 
+import torch
 from torch import Tensor, nn
 
 from losses.similarity import BatchPairs, Paradigm, SimilaritySource, pair_stats
@@ -40,6 +47,38 @@ class MetricLoss(nn.Module, ABC):
     @abstractmethod
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """Scalar loss of a batch; fills `last_stats`."""
+
+    def check_batch(self, embeddings: Tensor, labels: Tensor) -> None:
+        """ValueError naming this loss unless embeddings [B, D] are finite, B >= 1, labels [B]."""
+        owner = type(self).__name__
+        if embeddings.ndim != 2:
+            raise ValueError(
+                f"{owner}: embeddings must be 2-D [B, D], got shape {tuple(embeddings.shape)}; "
+                "flatten the embedder output to one row per sample"
+            )
+        if labels.ndim != 1:
+            raise ValueError(
+                f"{owner}: labels must be 1-D [B], got shape {tuple(labels.shape)}; "
+                "pass one integer class id per embedding"
+            )
+        if len(labels) != len(embeddings):
+            raise ValueError(
+                f"{owner}: got {len(embeddings)} embeddings but {len(labels)} labels; "
+                "pass one label per embedding row"
+            )
+        if embeddings.numel() == 0:
+            raise ValueError(
+                f"{owner}: empty batch, embeddings of shape {tuple(embeddings.shape)}; "
+                "a loss needs at least one sample: check the sampler and the dataset"
+            )
+        finite = torch.isfinite(embeddings)
+        if not finite.all():  # the one host sync; the count below is on the error path only
+            bad = embeddings.numel() - int(finite.sum())
+            raise ValueError(
+                f"{owner}: {bad} of {embeddings.numel()} embedding values are not finite "
+                "(NaN or Inf); the embedder diverged or its input is corrupt: lower the "
+                "learning rate, check the images, or train in fp32"
+            )
 
 
 def check_margin_and_scale(owner: str, m: float, gamma: float) -> None:
@@ -81,6 +120,7 @@ class PairSimilarityLoss(MetricLoss):
     per_anchor_loss: Callable[..., Tensor]
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        self.check_batch(embeddings, labels)
         sim, pos_mask, neg_mask = self.source(embeddings, labels)
         per_anchor = self.per_anchor_loss(sim, pos_mask, neg_mask, m=self.m, gamma=self.gamma)
         active = pos_mask.any(1) & neg_mask.any(1)  # [B]

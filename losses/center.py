@@ -13,7 +13,7 @@ from torch import Tensor
 
 from losses.base import MetricLoss
 from losses.proxy import SoftmaxLoss
-from losses.similarity import Paradigm, check_class_count, compute_dtype
+from losses.similarity import Paradigm, check_class_count, check_labels, compute_dtype
 
 
 class CenterLoss(MetricLoss):
@@ -45,7 +45,9 @@ class CenterLoss(MetricLoss):
         self.register_buffer("centers", torch.zeros(num_classes, embedding_dim))
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
-        softmax = self.softmax(embeddings, labels)  # also checks the labels
+        self.check_batch(embeddings, labels)
+        check_labels(labels, self.softmax.num_classes, type(self).__name__)
+        softmax = self.softmax.cross_entropy(embeddings, labels)
         self.last_stats = self.softmax.last_stats
         with torch.autocast(embeddings.device.type, enabled=False):
             x = embeddings.to(compute_dtype(embeddings))

@@ -41,6 +41,7 @@ class ContrastiveLoss(MetricLoss):
         self.source = BatchPairs()
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        self.check_batch(embeddings, labels)
         sim, pos_mask, neg_mask = self.source(embeddings, labels)
         pair_loss = contrastive_pair_loss(
             sim, pos_mask, neg_mask, pos_margin=self.pos_margin, neg_margin=self.neg_margin

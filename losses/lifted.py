@@ -48,6 +48,7 @@ class LiftedStructureLoss(MetricLoss):
         self.source = BatchPairs()
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        self.check_batch(embeddings, labels)
         sim, pos_mask, neg_mask = self.source(embeddings, labels)
         pair_loss = lifted_structure_pair_loss(sim, pos_mask, neg_mask, margin=self.margin)
         num_pos = pos_mask.sum()

@@ -76,6 +76,7 @@ class MultiSimilarityLoss(MetricLoss):
         self.source = BatchPairs()
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        self.check_batch(embeddings, labels)
         sim, pos_mask, neg_mask = self.source(embeddings, labels)
         per_anchor = multi_similarity_loss(
             sim,

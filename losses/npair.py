@@ -39,6 +39,7 @@ class NPairLoss(MetricLoss):
         self.source = BatchPairs(normalize=False)
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        self.check_batch(embeddings, labels)
         sim, pos_mask, neg_mask = self.source(embeddings, labels)
         pair_loss = npair_pair_loss(sim, pos_mask, neg_mask)
         active = pos_mask & neg_mask.any(1, keepdim=True)

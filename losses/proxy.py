@@ -63,7 +63,16 @@ class SoftmaxLoss(MetricLoss):
         self.classifier = nn.Linear(embedding_dim, num_classes)
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        self.check_batch(embeddings, labels)
         check_labels(labels, self.num_classes, type(self).__name__)
+        return self.cross_entropy(embeddings, labels)
+
+    def cross_entropy(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        """`forward` without the input checks, for the losses that add a term to it.
+
+        Center and Copernican losses check the batch and the labels themselves, so that their
+        errors name them, and call this for their softmax term.
+        """
         with torch.autocast(embeddings.device.type, enabled=False):
             x = embeddings.to(compute_dtype(embeddings))
             weight = self.classifier.weight.to(x.dtype)
@@ -92,6 +101,7 @@ class _ProxyCrossEntropy(MetricLoss):
         return sim
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        self.check_batch(embeddings, labels)
         sim, pos_mask, neg_mask = self.source(embeddings, labels)
         per_anchor = margin_cross_entropy(
             self.margin_sim(sim, pos_mask), pos_mask, neg_mask, s=self.logit_scale

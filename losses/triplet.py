@@ -53,6 +53,7 @@ class TripletLoss(MetricLoss):
         self.source = BatchPairs()
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        self.check_batch(embeddings, labels)
         sim, pos_mask, neg_mask = self.source(embeddings, labels)
         per_anchor = triplet_loss(
             sim, pos_mask, neg_mask, margin=self.margin, soft_margin=self.soft_margin

@@ -127,3 +127,60 @@ def test_half_precision_inputs_give_fp32_finite_loss(name: str, dtype, pk_batch)
     loss.backward()
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
     assert torch.isfinite(embeddings.grad.float()).all()
+
+
+def owner(name: str) -> str:
+    """The class name a loss's errors start with ("CircleLoss" for "CircleLoss-ClassProxies")."""
+    return name.split("-")[0]
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_non_finite_embeddings_are_an_error_that_counts_them(name: str, pk_batch) -> None:
+    loss_fn = FACTORIES[name]()
+    embeddings, labels = pk_batch(p=C, k=3, dim=D)
+    embeddings[1, 2], embeddings[5, 0] = torch.nan, -torch.inf
+    before = copy.deepcopy(loss_fn.state_dict())
+    match = f"^{owner(name)}: 2 of {12 * D} embedding values are not finite"
+    with pytest.raises(ValueError, match=match):
+        loss_fn(embeddings, labels)
+    for key, value in loss_fn.state_dict().items():  # no NaN reached the centres
+        torch.testing.assert_close(value, before[key], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_empty_batch_is_an_error(name: str) -> None:
+    with pytest.raises(ValueError, match=f"^{owner(name)}: empty batch"):
+        FACTORIES[name]()(torch.empty(0, D), torch.empty(0, dtype=torch.long))
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_embeddings_and_labels_of_different_lengths_are_an_error(name: str, pk_batch) -> None:
+    embeddings, labels = pk_batch(p=C, k=3, dim=D)
+    with pytest.raises(ValueError, match=f"^{owner(name)}: got 12 embeddings but 11 labels"):
+        FACTORIES[name]()(embeddings, labels[:11])
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+@pytest.mark.parametrize(
+    ("embeddings_shape", "labels_shape", "match"),
+    [
+        ((12, D, 1), (12,), r"embeddings must be 2-D \[B, D\], got shape \(12, 16, 1\)"),
+        ((D,), (1,), r"embeddings must be 2-D \[B, D\], got shape \(16,\)"),
+        ((12, D), (12, 1), r"labels must be 1-D \[B\], got shape \(12, 1\)"),
+    ],
+    ids=["embeddings-3d", "embeddings-1d", "labels-2d"],
+)
+def test_wrong_ndim_is_an_error(name: str, embeddings_shape, labels_shape, match: str) -> None:
+    embeddings = torch.randn(embeddings_shape)
+    labels = torch.zeros(labels_shape, dtype=torch.long)
+    with pytest.raises(ValueError, match=f"^{owner(name)}: {match}"):
+        FACTORIES[name]()(embeddings, labels)
+
+
+@pytest.mark.parametrize("name", ["SoftmaxLoss", "CenterLoss", "CopernicanLoss"])
+def test_label_error_names_the_loss_the_user_built(name: str, pk_batch) -> None:
+    embeddings, labels = pk_batch(p=C, k=3, dim=D)
+    labels[0] = C + 2
+    match = rf"^{name}: labels must lie in \[0, {C}\), got min 0 and max {C + 2}"
+    with pytest.raises(ValueError, match=match):
+        FACTORIES[name]()(embeddings, labels)
