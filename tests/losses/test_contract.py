@@ -46,8 +46,8 @@ FACTORIES = {
     "CosFaceLoss": lambda: CosFaceLoss(C, D),
     "ArcFaceLoss": lambda: ArcFaceLoss(C, D),
     "CenterLoss": lambda: CenterLoss(C, D, lambda_=0.1),
-    "CopernicanLoss": lambda: CopernicanLoss(C, D, lambda_=0.5, beta=1.0),
-    "CopernicanLoss-l2": lambda: CopernicanLoss(C, D, lambda_=0.5, beta=1.0, variant="l2"),
+    "CopernicanLoss": lambda: CopernicanLoss(C, D, lambda_=1.0, beta=-1.0),
+    "CopernicanLoss-l2": lambda: CopernicanLoss(C, D, lambda_=1.0, beta=-1.0, variant="l2"),
 }
 PAIR_WISE = {
     "CircleLoss",
