@@ -133,7 +133,9 @@ class CosFaceLoss(_ProxyCrossEntropy):
         self.m, self.s = m, s
 
     def margin_sim(self, sim: Tensor, pos_mask: Tensor) -> Tensor:
-        return sim - self.m * pos_mask
+        # m as a Python float keeps sim's dtype: m * pos_mask would be a float32 tensor (0.35 ->
+        # 0.3499999940) and shift fp64 logits by the rounded margin
+        return torch.where(pos_mask, sim - self.m, sim)
 
     def extra_repr(self) -> str:
         return f"m={self.m}, s={self.s}"

@@ -46,6 +46,15 @@ def test_softmax_loss_draws_only_its_classifier_from_the_rng() -> None:
     torch.testing.assert_close(loss.classifier.weight, reference.weight)
 
 
+def test_cosface_subtracts_m_in_the_dtype_of_the_similarities() -> None:
+    sim = torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(4, 3)
+    pos = F.one_hot(torch.tensor([0, 2, 1, 0]), 3).bool()
+    target = CosFaceLoss(3, 2, m=0.35).margin_sim(sim, pos)
+    assert target.dtype == torch.float64
+    assert torch.equal(target[pos], sim[pos] - 0.35)  # not 0.3499999940, m rounded to float32
+    assert torch.equal(target[~pos], sim[~pos])
+
+
 def test_am_softmax_is_cosface() -> None:
     assert AMSoftmaxLoss is CosFaceLoss
 
