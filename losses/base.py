@@ -13,9 +13,10 @@ one exported in `losses.__all__` against this list:
 4. `forward` starts with `self.check_batch(embeddings, labels)`: a ValueError naming the loss
    and the problem for embeddings that are not 2-D, labels that are not 1-D, a length mismatch,
    an empty batch, or non-finite embeddings (with their count), instead of a NaN loss, a loss of
-   0 with NaN gradients, or an IndexError from deep inside. A class-level loss also names itself
-   when a label lies outside [0, num_classes) (for proxy losses the error comes from their
-   `ClassProxies`). One `isfinite(...).all()` and one host sync per batch: cheap next to the loss.
+   0 with NaN gradients, or an IndexError from deep inside. One `isfinite(...).all()` and one
+   host sync per batch: cheap next to a training step. A label outside [0, num_classes) is a
+   ValueError too, naming the loss (softmax, Center, Copernican) or, for the proxy losses,
+   their `ClassProxies` source.
 5. Hyper-parameters are checked in `__init__`; a bad value raises ValueError with the value,
    the valid range and the paper's setting. Class-level losses own their proxies or classifier
    as parameters (the optimiser sees them through the module) and centres as buffers.
