@@ -1,5 +1,6 @@
-"""Metric-learning losses: similarity sources and the pair losses built on them."""
+"""Metric-learning losses: the loss contract, similarity sources and the losses built on them."""
 
+from losses.base import MetricLoss, PairSimilarityLoss
 from losses.center import CenterLoss
 from losses.circle import CircleLoss
 from losses.contrastive import ContrastiveLoss
@@ -23,9 +24,11 @@ __all__ = [
     "CopernicanLoss",
     "CosFaceLoss",
     "LiftedStructureLoss",
+    "MetricLoss",
     "MultiSimilarityLoss",
     "NPairLoss",
     "NormFaceLoss",
+    "PairSimilarityLoss",
     "SimilaritySource",
     "SoftmaxLoss",
     "TripletLoss",

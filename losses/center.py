@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from losses.base import MetricLoss
 from losses.proxy import SoftmaxLoss
-from losses.similarity import compute_dtype
+from losses.similarity import Paradigm, check_class_count, check_class_ids, compute_dtype
 
 
-class CenterLoss(nn.Module):
+class CenterLoss(MetricLoss):
     """Softmax cross-entropy plus λ times the mean squared distance to the class centre.
 
     Args:
@@ -23,7 +24,7 @@ class CenterLoss(nn.Module):
         alpha: centre learning rate of Eq. 4, in (0, 1].
     """
 
-    labels: ClassVar[str] = "class-level"
+    paradigm: ClassVar[Paradigm] = "class-level"
     centers: Tensor  # [C, D] buffer
 
     def __init__(
@@ -38,13 +39,15 @@ class CenterLoss(nn.Module):
             raise ValueError(
                 f"CenterLoss: alpha must be in (0, 1], got {alpha}; Wen et al. use 0.5"
             )
+        check_class_count(type(self).__name__, num_classes, embedding_dim)
         self.softmax = SoftmaxLoss(num_classes, embedding_dim)
         self.lambda_, self.alpha = lambda_, alpha
         self.register_buffer("centers", torch.zeros(num_classes, embedding_dim))
-        self.last_stats: dict[str, Tensor] = {}
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
-        softmax = self.softmax(embeddings, labels)  # also checks the labels
+        self.check_batch(embeddings, labels)
+        check_class_ids(labels, self.softmax.num_classes, type(self).__name__)
+        softmax = self.softmax.cross_entropy(embeddings, labels)
         self.last_stats = self.softmax.last_stats
         with torch.autocast(embeddings.device.type, enabled=False):
             x = embeddings.to(compute_dtype(embeddings))

@@ -12,13 +12,11 @@ of the softplus and each softmax runs over the logits of its group.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from losses.similarity import BatchPairs, SimilaritySource, pair_stats
+from losses.base import PairSimilarityLoss
 
 
 def _group_exp(logits: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -73,55 +71,6 @@ def circle_loss(
     sim = sim.to(torch.promote_types(sim.dtype, torch.float32))  # fp16 overflows at γ=256
     alpha = circle_weights(sim, pos_mask, m=m)
     return _CircleLossFunction.apply(sim, alpha, pos_mask, neg_mask, m, gamma)
-
-
-def check_margin_and_scale(owner: str, m: float, gamma: float) -> None:
-    """ValueError unless 0 <= m < 1 and gamma > 0 (shared by Circle and Unified losses)."""
-    if not 0.0 <= m < 1.0:
-        raise ValueError(
-            f"{owner}: m must be in [0, 1), got {m}; "
-            "the paper uses 0.25 for re-ID and 0.4 for fine-grained retrieval"
-        )
-    if not gamma > 0:
-        raise ValueError(
-            f"{owner}: gamma must be > 0, got {gamma}; the paper uses 256 (re-ID) or 80"
-        )
-
-
-class PairSimilarityLoss(nn.Module):
-    """Shell shared by Circle and unified loss: a source, (m, gamma), mean over active anchors.
-
-    Subclasses name their per-anchor function in `per_anchor_loss`; an anchor is active when it
-    has at least one positive and one negative, and a batch without any gives 0 (zero gradient).
-    """
-
-    def __init__(
-        self, m: float = 0.25, gamma: float = 256.0, source: SimilaritySource | None = None
-    ) -> None:
-        super().__init__()
-        check_margin_and_scale(type(self).__name__, m, gamma)
-        self.m, self.gamma = m, gamma
-        self.source = source if source is not None else BatchPairs()
-        self.last_stats: dict[str, Tensor] = {}
-
-    @property
-    def labels(self) -> str:
-        """ "pair-wise" or "class-level", from the similarity source."""
-        return self.source.labels
-
-    # The equation, a pure function (sim, pos_mask, neg_mask, *, m, gamma) -> [B]; set by each
-    # subclass as a staticmethod.
-    per_anchor_loss: Callable[..., Tensor]
-
-    def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
-        sim, pos_mask, neg_mask = self.source(embeddings, labels)
-        per_anchor = self.per_anchor_loss(sim, pos_mask, neg_mask, m=self.m, gamma=self.gamma)
-        active = pos_mask.any(1) & neg_mask.any(1)  # [B]
-        self.last_stats = pair_stats(sim, pos_mask, neg_mask, active)
-        return per_anchor.sum() / active.sum().clamp_min(1)
-
-    def extra_repr(self) -> str:
-        return f"m={self.m}, gamma={self.gamma}"
 
 
 class CircleLoss(PairSimilarityLoss):

@@ -10,9 +10,10 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from losses.similarity import BatchPairs, compute_dtype, pair_stats
+from losses.base import MetricLoss
+from losses.similarity import BatchPairs, Paradigm, compute_dtype, pair_stats
 
 
 def contrastive_pair_loss(
@@ -24,10 +25,10 @@ def contrastive_pair_loss(
     return torch.where(neg_mask, F.relu(sim - neg_margin), pos)
 
 
-class ContrastiveLoss(nn.Module):
+class ContrastiveLoss(MetricLoss):
     """Contrastive loss: mean positive hinge + mean negative hinge (cosine similarities)."""
 
-    labels: ClassVar[str] = "pair-wise"
+    paradigm: ClassVar[Paradigm] = "pair-wise"
 
     def __init__(self, pos_margin: float = 1.0, neg_margin: float = 0.5) -> None:
         super().__init__()
@@ -38,9 +39,9 @@ class ContrastiveLoss(nn.Module):
             )
         self.pos_margin, self.neg_margin = pos_margin, neg_margin
         self.source = BatchPairs()
-        self.last_stats: dict[str, Tensor] = {}
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        self.check_batch(embeddings, labels)
         sim, pos_mask, neg_mask = self.source(embeddings, labels)
         pair_loss = contrastive_pair_loss(
             sim, pos_mask, neg_mask, pos_margin=self.pos_margin, neg_margin=self.neg_margin

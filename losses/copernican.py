@@ -1,15 +1,36 @@
-"""Copernican loss (Pal & Savvides, AAAI 2018): softmax + λ (planet loss + β · sun loss).
+"""Copernican loss (Pal & Savvides, AAAI 2018): Eq. 1, its gradients (Eq. 3-4), and its l2 baseline.
 
-On L2-normalised embeddings x̂, the planet loss pulls each sample to its class centre p_y (the
-"planet") and the sun loss pushes it away from the batch mean μ (the "sun"):
+For a batch of m raw features x_i with labels y_i, a planet p_c per class and the sun
+s = (1/m) Σ_i x_i (the mean of the batch's raw features), Eq. 1 is
 
-* variant "cosine": planet = mean_i (1 - cos(x̂_i, p_{y_i})), sun = -mean_i (1 - cos(x̂_i, μ));
-* variant "l2" (the paper's l2-Copernican baseline): the same with ½ ||·||² distances.
+    L = L_soft + λ ( (1/m) Σ_i (1 - cos(x_i, p_{y_i})) + (1/m) Σ_i [cos(x_i, s) - β]₊ )
 
-Centres are buffers moved in training mode without gradient by p_c ← p_c + α · mean(x̂ of class c)
-(cosine: only the direction matters, the sum accumulates it); for "l2" the same step is taken on
-the residual, p_c ← p_c + α · mean(x̂ - p_c), since a Euclidean centre must stay at the class mean.
-μ is a point like the centres: no gradient flows through it.
+the planet term pulling each sample towards its class's planet and the sun term pushing it
+away from the batch mean until cos(x_i, s) <= β. β is a signed margin in [-1, 1]: the paper
+tries β ∈ {-1, -0.5, -0.1, 0, 0.1, 0.5} with λ ∈ {0.01, 0.1, 1, 5}, and reports λ=1, β=-1 on
+CIFAR-10 and λ=5, β=-0.5 on CIFAR-100; at β = -1 the hinge never closes, at β = 1 the sun term
+is off. s and p are points, not functions of x: no gradient flows through them, so with
+x̂ = x / ‖x‖ the gradients are (Eq. 3-4)
+
+    ∂/∂x_i planet = -(1/m) (p̂ - cos(x_i, p) x̂_i) / ‖x_i‖
+    ∂/∂x_i sun    =  (1/m) [cos(x_i, s) > β] (ŝ - cos(x_i, s) x̂_i) / ‖x_i‖
+
+Planets are buffers (checkpointed, not optimised) that start at 0 (cos(x, 0) := 0) and move in
+training mode, after the loss is computed, by the paper's rule p_y ← p_y + α (1/n_y) Σ_{y_i = y} x_i
+over the n_y raw features of class y in the batch (α = 0.05). Only their direction matters here.
+
+variant="l2" is the paper's l2 baseline: the same two terms with the cosine similarity replaced
+by s(a, b) = 1 - ½‖a - b‖², which equals cos(a, b) when a and b are unit vectors:
+
+    L = L_soft + λ ( (1/m) Σ_i ½‖x_i - p_{y_i}‖² + (1/m) Σ_i [(1 - β) - ½‖x_i - s‖²]₊ )
+
+a squared error to the planet and the same hinge away from the sun, now a margin 1 - β ∈ [0, 2]
+on ½‖x_i - s‖², all on raw features, so it depends on the feature norm and has a radial gradient
+(what the paper's comparison with the cosine version is about). Its gradients are
+(1/m)(x_i - p) and -(1/m) [½‖x_i - s‖² < 1 - β] (x_i - s). The planets and their update are the
+ones above, the only update the paper gives: a planet is α times the sum of its class's batch
+means, so its norm grows with training (it does not track the class mean as Center loss's
+centres do; the residual step p ← p + α mean(x - p) that would is not in the paper).
 
 The Copernican method is the subject of US patents 11,636,344 and 12,131,260.
 """
@@ -20,35 +41,44 @@ from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
+from losses.base import MetricLoss
 from losses.proxy import SoftmaxLoss
-from losses.similarity import compute_dtype
+from losses.similarity import Paradigm, check_class_count, check_class_ids, compute_dtype
+
+Variant = Literal["cosine", "l2"]
 
 
-def copernican_terms(
-    x: Tensor, planets: Tensor, sun: Tensor, *, variant: Literal["cosine", "l2"]
+def copernican_similarities(
+    x: Tensor, planets: Tensor, sun: Tensor, *, variant: Variant
 ) -> tuple[Tensor, Tensor]:
-    """(planet loss, sun loss) for unit embeddings x [B, D], their centres [B, D], sun [D]."""
+    """(s(x_i, p_{y_i}) [B], s(x_i, s) [B]) for raw x [B, D], own planets [B, D], sun [D].
+
+    s is cos for "cosine" (0 against a zero planet) and 1 - ½‖a - b‖² for "l2".
+    """
     if variant == "cosine":
-        cos_planet = (x * F.normalize(planets, dim=1)).sum(1)  # a zero centre gives cos 0
-        cos_sun = x @ F.normalize(sun, dim=0)
-        return (1 - cos_planet).mean(), -(1 - cos_sun).mean()
-    planet = 0.5 * (x - planets).square().sum(1).mean()
-    return planet, -0.5 * (x - sun).square().sum(1).mean()
+        x_hat = F.normalize(x, dim=1)
+        return (x_hat * F.normalize(planets, dim=1)).sum(1), x_hat @ F.normalize(sun, dim=0)
+    return 1 - 0.5 * (x - planets).square().sum(1), 1 - 0.5 * (x - sun[None]).square().sum(1)
 
 
-class CopernicanLoss(nn.Module):
-    """Softmax cross-entropy plus λ (planet + β · sun) on L2-normalised embeddings.
+def copernican_loss(s_planet: Tensor, s_sun: Tensor, *, beta: float) -> Tensor:
+    """Per-sample Copernican term of Eq. 1 [B]: planet 1 - s_planet plus sun [s_sun - β]₊."""
+    return (1 - s_planet) + F.relu(s_sun - beta)
+
+
+class CopernicanLoss(MetricLoss):
+    """Softmax cross-entropy plus λ times the mean planet and sun terms of Eq. 1.
 
     Args:
-        lambda_: weight of the Copernican term against the softmax loss.
-        beta: weight of the sun loss against the planet loss.
-        alpha: centre update rate, in (0, 1].
-        variant: "cosine" (the Copernican loss) or "l2" (its Euclidean baseline).
+        lambda_: weight λ of the Copernican term against the softmax loss.
+        beta: signed margin β in [-1, 1] of the sun term (cosine units; "l2": margin 1 - β).
+        alpha: planet update rate α, in (0, 1].
+        variant: "cosine" (the Copernican loss) or "l2" (the paper's l2 baseline).
     """
 
-    labels: ClassVar[str] = "class-level"
+    paradigm: ClassVar[Paradigm] = "class-level"
     planets: Tensor  # [C, D] buffer
 
     def __init__(
@@ -58,47 +88,55 @@ class CopernicanLoss(nn.Module):
         lambda_: float,
         beta: float,
         alpha: float = 0.05,
-        variant: Literal["cosine", "l2"] = "cosine",
+        variant: Variant = "cosine",
     ) -> None:
         super().__init__()
-        for name, value in (("lambda_", lambda_), ("beta", beta)):
-            if not value >= 0:
-                raise ValueError(
-                    f"CopernicanLoss: {name} must be >= 0, got {value}; 0 switches that term off"
-                )
+        if not lambda_ >= 0:
+            raise ValueError(
+                f"CopernicanLoss: lambda_ must be >= 0, got {lambda_}; the paper uses "
+                "λ ∈ {0.01, 0.1, 1, 5}: 1 on CIFAR-10, 5 on CIFAR-100 (0 is softmax alone)"
+            )
+        if not -1.0 <= beta <= 1.0:
+            raise ValueError(
+                f"CopernicanLoss: beta must be in [-1, 1] (a signed margin on cos(x, sun)), "
+                f"got {beta}; the paper uses β ∈ {{-1, -0.5, -0.1, 0, 0.1, 0.5}}: "
+                "-1 with λ=1 on CIFAR-10, -0.5 with λ=5 on CIFAR-100"
+            )
         if not 0 < alpha <= 1:
-            raise ValueError(f"CopernicanLoss: alpha must be in (0, 1], got {alpha}; default 0.05")
+            raise ValueError(
+                f"CopernicanLoss: alpha must be in (0, 1], got {alpha}; the paper uses 0.05"
+            )
         if variant not in ("cosine", "l2"):
             raise ValueError(
                 f"CopernicanLoss: variant must be 'cosine' or 'l2', got {variant!r}; "
-                "'cosine' is the Copernican loss, 'l2' its Euclidean baseline"
+                "'cosine' is the Copernican loss, 'l2' the paper's l2 baseline"
             )
+        check_class_count(type(self).__name__, num_classes, embedding_dim)
         self.softmax = SoftmaxLoss(num_classes, embedding_dim)
         self.lambda_, self.beta, self.alpha, self.variant = lambda_, beta, alpha, variant
         self.register_buffer("planets", torch.zeros(num_classes, embedding_dim))
-        self.last_stats: dict[str, Tensor] = {}
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
-        softmax = self.softmax(embeddings, labels)  # also checks the labels
+        self.check_batch(embeddings, labels)
+        check_class_ids(labels, self.softmax.num_classes, type(self).__name__)
+        softmax = self.softmax.cross_entropy(embeddings, labels)
         self.last_stats = self.softmax.last_stats
         with torch.autocast(embeddings.device.type, enabled=False):
-            x = F.normalize(embeddings.to(compute_dtype(embeddings)), dim=1)  # [B, D]
+            x = embeddings.to(compute_dtype(embeddings))  # [B, D] raw features, as in the paper
             sun = x.detach().mean(0)  # [D]
             planets = self.planets[labels].to(x.dtype)  # [B, D]
-            planet, sun_loss = copernican_terms(x, planets, sun, variant=self.variant)
+            s_planet, s_sun = copernican_similarities(x, planets, sun, variant=self.variant)
+            copernican = copernican_loss(s_planet, s_sun, beta=self.beta).mean()
         if self.training:
             self._update_planets(x.detach(), labels)
-        return softmax + self.lambda_ * (planet + self.beta * sun_loss)
+        return softmax + self.lambda_ * copernican
 
     @torch.no_grad()
     def _update_planets(self, x: Tensor, labels: Tensor) -> None:
-        counts = torch.bincount(labels, minlength=self.planets.shape[0])  # [C]
+        """p_y ← p_y + α · mean of the batch's raw features of class y (absent classes: + 0)."""
+        counts = torch.bincount(labels, minlength=self.planets.shape[0]).clamp_min(1)  # [C]
         sums = torch.zeros_like(self.planets).index_add_(0, labels, x.to(self.planets.dtype))
-        present = counts > 0
-        means = sums[present] / counts[present, None]  # [C_batch, D]
-        if self.variant == "l2":
-            means = means - self.planets[present]
-        self.planets[present] += self.alpha * means
+        self.planets += self.alpha * sums / counts[:, None]
 
     def extra_repr(self) -> str:
         return (

@@ -14,9 +14,10 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from losses.similarity import BatchPairs, compute_dtype, masked_logsumexp, pair_stats
+from losses.base import MetricLoss
+from losses.similarity import BatchPairs, Paradigm, compute_dtype, masked_logsumexp, pair_stats
 
 
 def lifted_structure_pair_loss(
@@ -32,10 +33,10 @@ def lifted_structure_pair_loss(
     return F.relu(j).square()
 
 
-class LiftedStructureLoss(nn.Module):
+class LiftedStructureLoss(MetricLoss):
     """Lifted structured loss over the positive pairs of a batch (pair-wise labels)."""
 
-    labels: ClassVar[str] = "pair-wise"
+    paradigm: ClassVar[Paradigm] = "pair-wise"
 
     def __init__(self, margin: float = 1.0) -> None:
         super().__init__()
@@ -45,9 +46,9 @@ class LiftedStructureLoss(nn.Module):
             )
         self.margin = margin
         self.source = BatchPairs()
-        self.last_stats: dict[str, Tensor] = {}
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        self.check_batch(embeddings, labels)
         sim, pos_mask, neg_mask = self.source(embeddings, labels)
         pair_loss = lifted_structure_pair_loss(sim, pos_mask, neg_mask, margin=self.margin)
         num_pos = pos_mask.sum()

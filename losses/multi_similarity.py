@@ -14,9 +14,10 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from losses.similarity import BatchPairs, compute_dtype, masked_logsumexp, pair_stats
+from losses.base import MetricLoss
+from losses.similarity import BatchPairs, Paradigm, compute_dtype, masked_logsumexp, pair_stats
 
 
 def mined_pairs(
@@ -47,10 +48,10 @@ def multi_similarity_loss(
     return torch.where(pos_kept.any(1) & neg_kept.any(1), pos_term + neg_term, 0.0)
 
 
-class MultiSimilarityLoss(nn.Module):
+class MultiSimilarityLoss(MetricLoss):
     """Multi-similarity loss; defaults are the paper's (α=2, β=50, λ=`base`=0.5, ε=0.1)."""
 
-    labels: ClassVar[str] = "pair-wise"
+    paradigm: ClassVar[Paradigm] = "pair-wise"
 
     def __init__(
         self, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5, epsilon: float = 0.1
@@ -73,9 +74,9 @@ class MultiSimilarityLoss(nn.Module):
             )
         self.alpha, self.beta, self.base, self.epsilon = alpha, beta, base, epsilon
         self.source = BatchPairs()
-        self.last_stats: dict[str, Tensor] = {}
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        self.check_batch(embeddings, labels)
         sim, pos_mask, neg_mask = self.source(embeddings, labels)
         per_anchor = multi_similarity_loss(
             sim,

@@ -1,8 +1,15 @@
-"""Multi-class N-pair loss (Sohn, NeurIPS 2016, Eq. 7) on inner products, with its L2 penalty.
+"""Multi-class N-pair loss after Sohn (NeurIPS 2016, Eq. 7) on inner products, with his L2 penalty.
 
-For every positive pair (i, j): log(1 + Σ_{k ∈ N_i} exp(f_i·f_k - f_i·f_j)), averaged over the
-positive pairs of the P-K batch; Sohn regularises the embedding norms instead of normalising
-them, so the source uses raw inner products and the loss adds l2_reg · mean ||f_i||².
+For every ordered positive pair (i, j) of a P-K batch: log(1 + Σ_{k ∈ N_i} exp(f_i·f_k - f_i·f_j)),
+where N_i is every sample of another class, averaged over the positive pairs. Sohn regularises
+the embedding norms instead of normalising them, so the source uses raw inner products and the
+loss adds l2_reg · mean ||f_i||².
+
+This is not Sohn's batch construction. His batch holds N pairs (x_i, x_i⁺) of N distinct classes
+and scores each anchor against its one positive and the other classes' positives x_j⁺ only:
+(1/N) Σ_i log(1 + Σ_{j≠i} exp(f_i·f_j⁺ - f_i·f_i⁺)). Here all K(K - 1) ordered pairs of a class
+are anchors, and the negatives are all (P - 1)·K other-class samples, anchors included, so the
+same P-K batches feed every pair loss; with K = 2 that is twice his terms and negatives.
 """
 
 from __future__ import annotations
@@ -11,9 +18,10 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from losses.similarity import BatchPairs, compute_dtype, masked_logsumexp, pair_stats
+from losses.base import MetricLoss
+from losses.similarity import BatchPairs, Paradigm, compute_dtype, masked_logsumexp, pair_stats
 
 
 def npair_pair_loss(sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
@@ -23,10 +31,10 @@ def npair_pair_loss(sim: Tensor, pos_mask: Tensor, neg_mask: Tensor) -> Tensor:
     return torch.where(pos_mask, F.softplus(lse_neg[:, None] - sim), 0.0)
 
 
-class NPairLoss(nn.Module):
-    """N-pair loss over the positive pairs of a batch plus Sohn's L2 penalty on embeddings."""
+class NPairLoss(MetricLoss):
+    """N-pair loss over every ordered positive pair of a P-K batch, plus Sohn's L2 penalty."""
 
-    labels: ClassVar[str] = "pair-wise"
+    paradigm: ClassVar[Paradigm] = "pair-wise"
 
     def __init__(self, l2_reg: float = 0.002) -> None:
         super().__init__()
@@ -36,9 +44,9 @@ class NPairLoss(nn.Module):
             )
         self.l2_reg = l2_reg
         self.source = BatchPairs(normalize=False)
-        self.last_stats: dict[str, Tensor] = {}
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        self.check_batch(embeddings, labels)
         sim, pos_mask, neg_mask = self.source(embeddings, labels)
         pair_loss = npair_pair_loss(sim, pos_mask, neg_mask)
         active = pos_mask & neg_mask.any(1, keepdim=True)

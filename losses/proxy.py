@@ -16,7 +16,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from losses.similarity import ClassProxies, check_labels, compute_dtype, pair_stats
+from losses.base import MetricLoss
+from losses.similarity import (
+    ClassProxies,
+    Paradigm,
+    check_class_count,
+    check_class_ids,
+    compute_dtype,
+    pair_stats,
+)
 
 
 def margin_cross_entropy(sim: Tensor, pos_mask: Tensor, neg_mask: Tensor, *, s: float) -> Tensor:
@@ -40,23 +48,31 @@ def _check_scale_margin(owner: str, s: float, m: float, m_max: float, hint: str)
         raise ValueError(f"{owner}: m must be in [0, {m_max:g}), got {m}; {hint}")
 
 
-class SoftmaxLoss(nn.Module):
+class SoftmaxLoss(MetricLoss):
     """Linear classifier (with bias) on raw embeddings + cross-entropy; the plain baseline.
 
     `last_stats` reports cosine similarities between embeddings and the classifier's weights.
     """
 
-    labels: ClassVar[str] = "class-level"
+    paradigm: ClassVar[Paradigm] = "class-level"
 
     def __init__(self, num_classes: int, embedding_dim: int) -> None:
         super().__init__()
-        ClassProxies(num_classes, embedding_dim)  # validates both arguments with one message
+        check_class_count(type(self).__name__, num_classes, embedding_dim)
         self.num_classes = num_classes
         self.classifier = nn.Linear(embedding_dim, num_classes)
-        self.last_stats: dict[str, Tensor] = {}
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
-        check_labels(labels, self.num_classes, type(self).__name__)
+        self.check_batch(embeddings, labels)
+        check_class_ids(labels, self.num_classes, type(self).__name__)
+        return self.cross_entropy(embeddings, labels)
+
+    def cross_entropy(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        """`forward` without the input checks, for the losses that add a term to it.
+
+        Center and Copernican losses check the batch and the labels themselves, so that their
+        errors name them, and call this for their softmax term.
+        """
         with torch.autocast(embeddings.device.type, enabled=False):
             x = embeddings.to(compute_dtype(embeddings))
             weight = self.classifier.weight.to(x.dtype)
@@ -70,22 +86,22 @@ class SoftmaxLoss(nn.Module):
         return loss
 
 
-class _ProxyCrossEntropy(nn.Module):
+class _ProxyCrossEntropy(MetricLoss):
     """Shared shell: proxies, label check, stats; subclasses give the target logit's margin."""
 
-    labels: ClassVar[str] = "class-level"
+    paradigm: ClassVar[Paradigm] = "class-level"
 
     def __init__(self, num_classes: int, embedding_dim: int, logit_scale: float) -> None:
         super().__init__()
         self.source = ClassProxies(num_classes, embedding_dim)
         self.logit_scale = logit_scale
-        self.last_stats: dict[str, Tensor] = {}
 
     def margin_sim(self, sim: Tensor, pos_mask: Tensor) -> Tensor:
         """sim [B, C] with the margin applied to the target entries (none for NormFace)."""
         return sim
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        self.check_batch(embeddings, labels)
         sim, pos_mask, neg_mask = self.source(embeddings, labels)
         per_anchor = margin_cross_entropy(
             self.margin_sim(sim, pos_mask), pos_mask, neg_mask, s=self.logit_scale
@@ -117,7 +133,9 @@ class CosFaceLoss(_ProxyCrossEntropy):
         self.m, self.s = m, s
 
     def margin_sim(self, sim: Tensor, pos_mask: Tensor) -> Tensor:
-        return sim - self.m * pos_mask
+        # m as a Python float keeps sim's dtype: m * pos_mask would be a float32 tensor (0.35 ->
+        # 0.3499999940) and shift fp64 logits by the rounded margin
+        return torch.where(pos_mask, sim - self.m, sim)
 
     def extra_repr(self) -> str:
         return f"m={self.m}, s={self.s}"

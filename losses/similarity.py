@@ -8,7 +8,7 @@ similarities they feed the same formula. A source turns `embeddings [B, D]` and 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -16,19 +16,36 @@ from torch import Tensor, nn
 
 _NORM_EPS = 1e-12  # as F.normalize
 
+# Where s_p and s_n come from: the other samples of the batch, or one proxy per class.
+Paradigm = Literal["pair-wise", "class-level"]
+
 
 def compute_dtype(tensor: Tensor) -> torch.dtype:
     """fp32, or fp64 when given fp64: fp16/bf16 overflow in exp(γ·s) at γ=256."""
     return torch.promote_types(tensor.dtype, torch.float32)
 
 
-def check_labels(labels: Tensor, num_classes: int, owner: str) -> None:
+def check_class_ids(labels: Tensor, num_classes: int, owner: str) -> None:
     """Raise ValueError unless every label is in [0, num_classes)."""
     if ((labels < 0) | (labels >= num_classes)).any():  # one host sync per batch
         top = int(labels.max())
         raise ValueError(
             f"{owner}: labels must lie in [0, {num_classes}), got min {int(labels.min())} and "
             f"max {top}; set num_classes to at least {top + 1} (the number of training classes)"
+        )
+
+
+def check_class_count(owner: str, num_classes: int, embedding_dim: int) -> None:
+    """Raise ValueError unless num_classes >= 2 and embedding_dim >= 1 (proxies, classifiers)."""
+    if num_classes < 2:
+        raise ValueError(
+            f"{owner}: num_classes must be >= 2, got {num_classes}; "
+            "pass the number of training classes"
+        )
+    if embedding_dim < 1:
+        raise ValueError(
+            f"{owner}: embedding_dim must be >= 1, got {embedding_dim}; "
+            "pass the embedder's output size"
         )
 
 
@@ -60,7 +77,7 @@ class _Gram(torch.autograd.Function):
 class SimilaritySource(nn.Module, ABC):
     """Base class: `forward(embeddings [B, D], labels [B]) -> (sim [B, N], pos_mask, neg_mask)`."""
 
-    labels: ClassVar[str]
+    paradigm: ClassVar[Paradigm]
 
     @abstractmethod
     def forward(self, embeddings: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -83,7 +100,7 @@ class BatchPairs(SimilaritySource):
             (False, for N-pair loss which regularises the norms instead).
     """
 
-    labels: ClassVar[str] = "pair-wise"
+    paradigm: ClassVar[Paradigm] = "pair-wise"
 
     def __init__(self, normalize: bool = True) -> None:
         super().__init__()
@@ -105,26 +122,17 @@ class BatchPairs(SimilaritySource):
 class ClassProxies(SimilaritySource):
     """Class-level labels: cosine similarity to learnable proxies w_c, one positive per anchor."""
 
-    labels: ClassVar[str] = "class-level"
+    paradigm: ClassVar[Paradigm] = "class-level"
 
     def __init__(self, num_classes: int, embedding_dim: int) -> None:
         super().__init__()
-        if num_classes < 2:
-            raise ValueError(
-                f"ClassProxies: num_classes must be >= 2, got {num_classes}; "
-                "pass the number of training classes"
-            )
-        if embedding_dim < 1:
-            raise ValueError(
-                f"ClassProxies: embedding_dim must be >= 1, got {embedding_dim}; "
-                "pass the embedder's output size"
-            )
+        check_class_count(type(self).__name__, num_classes, embedding_dim)
         self.num_classes, self.embedding_dim = num_classes, embedding_dim
         self.proxies = nn.Parameter(torch.randn(num_classes, embedding_dim) / embedding_dim**0.5)
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         self._check_batch(embeddings, labels)
-        check_labels(labels, self.num_classes, type(self).__name__)
+        check_class_ids(labels, self.num_classes, type(self).__name__)
         with torch.autocast(embeddings.device.type, enabled=False):
             dtype = compute_dtype(embeddings)
             x = F.normalize(embeddings.to(dtype), dim=1)

@@ -11,9 +11,10 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from losses.similarity import BatchPairs, compute_dtype, pair_stats
+from losses.base import MetricLoss
+from losses.similarity import BatchPairs, Paradigm, compute_dtype, pair_stats
 
 
 def triplet_loss(
@@ -30,7 +31,7 @@ def triplet_loss(
     return torch.where(active, loss, 0.0)
 
 
-class TripletLoss(nn.Module):
+class TripletLoss(MetricLoss):
     """Batch-hard triplet loss; mean over anchors that have a positive and a negative.
 
     Args:
@@ -39,7 +40,7 @@ class TripletLoss(nn.Module):
             use it with margin = 0).
     """
 
-    labels: ClassVar[str] = "pair-wise"
+    paradigm: ClassVar[Paradigm] = "pair-wise"
 
     def __init__(self, margin: float = 0.2, soft_margin: bool = False) -> None:
         super().__init__()
@@ -50,9 +51,9 @@ class TripletLoss(nn.Module):
             )
         self.margin, self.soft_margin = margin, soft_margin
         self.source = BatchPairs()
-        self.last_stats: dict[str, Tensor] = {}
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        self.check_batch(embeddings, labels)
         sim, pos_mask, neg_mask = self.source(embeddings, labels)
         per_anchor = triplet_loss(
             sim, pos_mask, neg_mask, margin=self.margin, soft_margin=self.soft_margin

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from losses.circle import PairSimilarityLoss
+from losses.base import PairSimilarityLoss
 from losses.similarity import masked_logsumexp
 
 

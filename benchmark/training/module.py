@@ -24,6 +24,7 @@ from benchmark.evaluation.evaluator import EvaluationReport
 from benchmark.evaluation.sets import RetrievalProtocol
 from benchmark.training.embedders import EmbedderBase
 from benchmark.training.results import TestResult
+from losses import MetricLoss
 
 # per evaluation loader: (batch index, embeddings [b, D], labels [b], cameras [b]) per batch
 EvalParts = dict[int, list[tuple[int, Tensor, Tensor, Tensor]]]
@@ -49,7 +50,7 @@ class MetricLearningModule(pl.LightningModule):
     def __init__(
         self,
         embedder: EmbedderBase,
-        loss: nn.Module,
+        loss: MetricLoss,
         optimizer: OptimizerCallable = torch.optim.AdamW,
         lr_scheduler: LRSchedulerCallable | None = None,
         backbone_lr: float = 1e-4,

@@ -127,7 +127,7 @@ def result_row(
         cell_id=cell_id,
         dataset=datamodule.dataset_name,
         protocol=model.protocol,
-        labels=model.loss.labels if trained else "",
+        labels=model.loss.paradigm if trained else "",
         loss=type(model.loss).__name__ if trained else FLOOR_LOSS,
         loss_params=loss_params if trained else "",
         backbone=embedder.backbone_name,

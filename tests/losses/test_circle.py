@@ -162,6 +162,6 @@ def test_constructor_rejects_bad_hyper_parameters(kwargs, match) -> None:
         CircleLoss(**kwargs)
 
 
-def test_labels_follow_the_source() -> None:
-    assert CircleLoss().labels == "pair-wise"
-    assert CircleLoss(source=ClassProxies(3, 4)).labels == "class-level"
+def test_paradigm_follows_the_source() -> None:
+    assert CircleLoss().paradigm == "pair-wise"
+    assert CircleLoss(source=ClassProxies(3, 4)).paradigm == "class-level"

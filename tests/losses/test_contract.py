@@ -1,4 +1,4 @@
-"""One contract every loss keeps: what the training module and the CLI rely on."""
+"""Every exported loss against the contract stated in `losses/base.py`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from torch import nn
 import losses
 from losses import (
     ArcFaceLoss,
+    BatchPairs,
     CenterLoss,
     CircleLoss,
     ClassProxies,
@@ -19,9 +20,11 @@ from losses import (
     CopernicanLoss,
     CosFaceLoss,
     LiftedStructureLoss,
+    MetricLoss,
     MultiSimilarityLoss,
     NormFaceLoss,
     NPairLoss,
+    SimilaritySource,
     SoftmaxLoss,
     TripletLoss,
     UnifiedLoss,
@@ -43,25 +46,50 @@ FACTORIES = {
     "CosFaceLoss": lambda: CosFaceLoss(C, D),
     "ArcFaceLoss": lambda: ArcFaceLoss(C, D),
     "CenterLoss": lambda: CenterLoss(C, D, lambda_=0.1),
-    "CopernicanLoss": lambda: CopernicanLoss(C, D, lambda_=0.5, beta=1.0),
-    "CopernicanLoss-l2": lambda: CopernicanLoss(C, D, lambda_=0.5, beta=1.0, variant="l2"),
+    "CopernicanLoss": lambda: CopernicanLoss(C, D, lambda_=1.0, beta=-1.0),
+    "CopernicanLoss-l2": lambda: CopernicanLoss(C, D, lambda_=1.0, beta=-1.0, variant="l2"),
 }
+PAIR_WISE = {
+    "CircleLoss",
+    "UnifiedLoss",
+    "TripletLoss",
+    "MultiSimilarityLoss",
+    "LiftedStructureLoss",
+    "NPairLoss",
+    "ContrastiveLoss",
+}
+BASES = {"MetricLoss", "PairSimilarityLoss"}  # the contract and a shell, not losses to train
 
 
-def test_every_exported_loss_is_covered() -> None:
-    exported = {
-        name
-        for name in losses.__all__
-        if name.endswith("Loss") and inspect.isclass(getattr(losses, name))
-    } - {"AMSoftmaxLoss"}
-    assert exported == {name.split("-")[0] for name in FACTORIES}
+def exported_modules() -> dict[str, type]:
+    """The nn.Module classes of `losses.__all__` that are not similarity sources."""
+    classes = {name: getattr(losses, name) for name in losses.__all__}
+    return {
+        name: cls
+        for name, cls in classes.items()
+        if inspect.isclass(cls) and issubclass(cls, nn.Module)
+        if not issubclass(cls, SimilaritySource)
+    }
+
+
+def test_every_exported_loss_is_a_metric_loss_and_is_covered() -> None:
+    exported = exported_modules()
+    assert all(issubclass(cls, MetricLoss) for cls in exported.values())
+    assert set(exported) - BASES - {"AMSoftmaxLoss"} == {n.split("-")[0] for n in FACTORIES}
+
+
+def test_sources_declare_their_paradigm() -> None:
+    assert (BatchPairs.paradigm, ClassProxies.paradigm) == ("pair-wise", "class-level")
 
 
 @pytest.mark.parametrize("name", list(FACTORIES))
 def test_loss_contract(name: str, pk_batch) -> None:
     torch.manual_seed(0)
     loss_fn = FACTORIES[name]()
-    assert isinstance(loss_fn, nn.Module) and loss_fn.labels in ("pair-wise", "class-level")
+    assert isinstance(loss_fn, MetricLoss)
+    paradigm = "pair-wise" if name in PAIR_WISE else "class-level"
+    assert loss_fn.paradigm == paradigm
+    assert loss_fn.last_stats == {}
     embeddings, labels = pk_batch(p=C, k=3, dim=D)
     embeddings.requires_grad_()
     before = copy.deepcopy(loss_fn.state_dict())
@@ -76,7 +104,7 @@ def test_loss_contract(name: str, pk_batch) -> None:
     optimizer = torch.optim.SGD([embeddings, *params], lr=0.1)
     loss.backward()
     assert torch.isfinite(embeddings.grad).all() and embeddings.grad.abs().sum() > 0
-    if loss_fn.labels == "class-level":
+    if loss_fn.paradigm == "class-level":
         assert params, "class-level losses own proxies or a classifier the optimiser must see"
         assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in params)
         optimizer.step()
@@ -99,3 +127,60 @@ def test_half_precision_inputs_give_fp32_finite_loss(name: str, dtype, pk_batch)
     loss.backward()
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
     assert torch.isfinite(embeddings.grad.float()).all()
+
+
+def owner(name: str) -> str:
+    """The class name a loss's errors start with ("CircleLoss" for "CircleLoss-ClassProxies")."""
+    return name.split("-")[0]
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_non_finite_embeddings_are_an_error_that_counts_them(name: str, pk_batch) -> None:
+    loss_fn = FACTORIES[name]()
+    embeddings, labels = pk_batch(p=C, k=3, dim=D)
+    embeddings[1, 2], embeddings[5, 0] = torch.nan, -torch.inf
+    before = copy.deepcopy(loss_fn.state_dict())
+    match = f"^{owner(name)}: 2 of {12 * D} embedding values are not finite"
+    with pytest.raises(ValueError, match=match):
+        loss_fn(embeddings, labels)
+    for key, value in loss_fn.state_dict().items():  # no NaN reached the centres
+        torch.testing.assert_close(value, before[key], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_empty_batch_is_an_error(name: str) -> None:
+    with pytest.raises(ValueError, match=f"^{owner(name)}: empty batch"):
+        FACTORIES[name]()(torch.empty(0, D), torch.empty(0, dtype=torch.long))
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_embeddings_and_labels_of_different_lengths_are_an_error(name: str, pk_batch) -> None:
+    embeddings, labels = pk_batch(p=C, k=3, dim=D)
+    with pytest.raises(ValueError, match=f"^{owner(name)}: got 12 embeddings but 11 labels"):
+        FACTORIES[name]()(embeddings, labels[:11])
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+@pytest.mark.parametrize(
+    ("embeddings_shape", "labels_shape", "match"),
+    [
+        ((12, D, 1), (12,), r"embeddings must be 2-D \[B, D\], got shape \(12, 16, 1\)"),
+        ((D,), (1,), r"embeddings must be 2-D \[B, D\], got shape \(16,\)"),
+        ((12, D), (12, 1), r"labels must be 1-D \[B\], got shape \(12, 1\)"),
+    ],
+    ids=["embeddings-3d", "embeddings-1d", "labels-2d"],
+)
+def test_wrong_ndim_is_an_error(name: str, embeddings_shape, labels_shape, match: str) -> None:
+    embeddings = torch.randn(embeddings_shape)
+    labels = torch.zeros(labels_shape, dtype=torch.long)
+    with pytest.raises(ValueError, match=f"^{owner(name)}: {match}"):
+        FACTORIES[name]()(embeddings, labels)
+
+
+@pytest.mark.parametrize("name", ["SoftmaxLoss", "CenterLoss", "CopernicanLoss"])
+def test_label_error_names_the_loss_the_user_built(name: str, pk_batch) -> None:
+    embeddings, labels = pk_batch(p=C, k=3, dim=D)
+    labels[0] = C + 2
+    match = rf"^{name}: labels must lie in \[0, {C}\), got min 0 and max {C + 2}"
+    with pytest.raises(ValueError, match=match):
+        FACTORIES[name]()(embeddings, labels)

@@ -9,6 +9,7 @@ import torch
 
 from losses import (
     BatchPairs,
+    ClassProxies,
     ContrastiveLoss,
     LiftedStructureLoss,
     MultiSimilarityLoss,
@@ -154,6 +155,8 @@ def test_constructor_rejects_bad_hyper_parameters(factory, match) -> None:
         factory()
 
 
-def test_source_rejects_mismatched_shapes() -> None:
+@pytest.mark.parametrize("source", [BatchPairs(), ClassProxies(4, 3)], ids=type)
+def test_source_rejects_mismatched_shapes(source) -> None:
+    # losses check their batch first (test_contract.py); a source used alone checks shapes too
     with pytest.raises(ValueError, match="expected embeddings"):
-        TripletLoss()(torch.randn(4, 3), torch.arange(3))
+        source(torch.randn(4, 3), torch.arange(3))

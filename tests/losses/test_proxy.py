@@ -37,6 +37,24 @@ def test_arcface_target_stays_finite_and_monotone_past_pi() -> None:
     assert torch.isfinite(sim.grad).all() and (target.diff() > 0).all()
 
 
+def test_softmax_loss_draws_only_its_classifier_from_the_rng() -> None:
+    # Checking the arguments builds nothing: the classifier is what nn.Linear gives on that seed.
+    torch.manual_seed(0)
+    loss = SoftmaxLoss(4, 8)
+    torch.manual_seed(0)
+    reference = torch.nn.Linear(8, 4)
+    torch.testing.assert_close(loss.classifier.weight, reference.weight)
+
+
+def test_cosface_subtracts_m_in_the_dtype_of_the_similarities() -> None:
+    sim = torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(4, 3)
+    pos = F.one_hot(torch.tensor([0, 2, 1, 0]), 3).bool()
+    target = CosFaceLoss(3, 2, m=0.35).margin_sim(sim, pos)
+    assert target.dtype == torch.float64
+    assert torch.equal(target[pos], sim[pos] - 0.35)  # not 0.3499999940, m rounded to float32
+    assert torch.equal(target[~pos], sim[~pos])
+
+
 def test_am_softmax_is_cosface() -> None:
     assert AMSoftmaxLoss is CosFaceLoss
 
@@ -59,8 +77,9 @@ def test_label_outside_num_classes_is_an_error(factory) -> None:
 @pytest.mark.parametrize(
     ("factory", "match"),
     [
-        (lambda: SoftmaxLoss(1, 8), "num_classes must be >= 2"),
-        (lambda: SoftmaxLoss(4, 0), "embedding_dim must be >= 1"),
+        (lambda: SoftmaxLoss(1, 8), "^SoftmaxLoss: num_classes must be >= 2, got 1"),
+        (lambda: SoftmaxLoss(4, 0), "^SoftmaxLoss: embedding_dim must be >= 1, got 0"),
+        (lambda: ClassProxies(1, 8), "^ClassProxies: num_classes must be >= 2, got 1"),
         (lambda: NormFaceLoss(4, 8, scale=0), "s \\(scale\\) must be > 0"),
         (lambda: CosFaceLoss(4, 8, m=1.2), "m must be in"),
         (lambda: CosFaceLoss(4, 8, s=-1), "must be > 0"),

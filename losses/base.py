@@ -1,0 +1,132 @@
+"""The loss contract: what the training module, the CLI and the results row rely on.
+
+Every loss in `losses/` subclasses `MetricLoss`, and `tests/losses/test_contract.py` checks each
+one exported in `losses.__all__` against this list:
+
+1. `forward(embeddings [B, D] float, labels [B] int64) -> Tensor []`: a scalar, differentiable
+   with respect to the embeddings and to the loss's own parameters (proxies, classifier).
+2. `paradigm` is "pair-wise" (s_p and s_n between the samples of a batch) or "class-level"
+   (between a sample and class proxies, a classifier or class centres); a `PairSimilarityLoss`
+   takes it from its similarity source. The results row stores it in its `labels` column.
+3. After each forward, `last_stats` holds `sp_mean`, `sn_mean` and `active_fraction` as 0-dim
+   detached tensors (`similarity.pair_stats`); the training module logs them every step.
+4. `forward` starts with `self.check_batch(embeddings, labels)`: a ValueError naming the loss
+   and the problem for embeddings that are not 2-D, labels that are not 1-D, a length mismatch,
+   an empty batch, or non-finite embeddings (with their count), instead of a NaN loss, a loss of
+   0 with NaN gradients, or an IndexError from deep inside. One `isfinite(...).all()` and one
+   host sync per batch: cheap next to a training step. A label outside [0, num_classes) is a
+   ValueError too, naming the loss (softmax, Center, Copernican) or, for the proxy losses,
+   their `ClassProxies` source.
+5. Hyper-parameters are checked in `__init__`; a bad value raises ValueError with the value,
+   the valid range and the paper's setting. Class-level losses own their proxies or classifier
+   as parameters (the optimiser sees them through the module) and centres as buffers.
+6. The loss is computed in fp32 (fp64 for fp64 inputs) with autocast off inside it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from losses.similarity import BatchPairs, Paradigm, SimilaritySource, pair_stats
+
+
+class MetricLoss(nn.Module, ABC):
+    """Base class of every loss: `forward(embeddings [B, D], labels [B]) -> scalar`."""
+
+    paradigm: ClassVar[Paradigm]
+    last_stats: dict[str, Tensor]  # {"sp_mean", "sn_mean", "active_fraction"}, 0-dim, detached
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last_stats = {}
+
+    @abstractmethod
+    def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        """Scalar loss of a batch; fills `last_stats`."""
+
+    def check_batch(self, embeddings: Tensor, labels: Tensor) -> None:
+        """ValueError naming this loss unless embeddings [B, D] are finite, B >= 1, labels [B]."""
+        owner = type(self).__name__
+        if embeddings.ndim != 2:
+            raise ValueError(
+                f"{owner}: embeddings must be 2-D [B, D], got shape {tuple(embeddings.shape)}; "
+                "flatten the embedder output to one row per sample"
+            )
+        if labels.ndim != 1:
+            raise ValueError(
+                f"{owner}: labels must be 1-D [B], got shape {tuple(labels.shape)}; "
+                "pass one integer class id per embedding"
+            )
+        if len(labels) != len(embeddings):
+            raise ValueError(
+                f"{owner}: got {len(embeddings)} embeddings but {len(labels)} labels; "
+                "pass one label per embedding row"
+            )
+        if embeddings.numel() == 0:
+            raise ValueError(
+                f"{owner}: empty batch, embeddings of shape {tuple(embeddings.shape)}; "
+                "a loss needs at least one sample: check the sampler and the dataset"
+            )
+        finite = torch.isfinite(embeddings)
+        if not finite.all():  # the one host sync; the count below is on the error path only
+            bad = embeddings.numel() - int(finite.sum())
+            raise ValueError(
+                f"{owner}: {bad} of {embeddings.numel()} embedding values are not finite "
+                "(NaN or Inf); the embedder diverged or its input is corrupt: lower the "
+                "learning rate, check the images, or train in fp32"
+            )
+
+
+def check_margin_and_scale(owner: str, m: float, gamma: float) -> None:
+    """ValueError unless 0 <= m < 1 and gamma > 0 (shared by Circle and Unified losses)."""
+    if not 0.0 <= m < 1.0:
+        raise ValueError(
+            f"{owner}: m must be in [0, 1), got {m}; "
+            "the paper uses 0.25 for re-ID and 0.4 for fine-grained retrieval"
+        )
+    if not gamma > 0:
+        raise ValueError(
+            f"{owner}: gamma must be > 0, got {gamma}; the paper uses 256 (re-ID) or 80"
+        )
+
+
+class PairSimilarityLoss(MetricLoss):
+    """Shell shared by Circle and unified loss: a source, (m, gamma), mean over active anchors.
+
+    Subclasses name their per-anchor function in `per_anchor_loss`; an anchor is active when it
+    has at least one positive and one negative, and a batch without any gives 0 (zero gradient).
+    """
+
+    def __init__(
+        self, m: float = 0.25, gamma: float = 256.0, source: SimilaritySource | None = None
+    ) -> None:
+        super().__init__()
+        check_margin_and_scale(type(self).__name__, m, gamma)
+        self.m, self.gamma = m, gamma
+        self.source = source if source is not None else BatchPairs()
+
+    # Every other loss fixes `paradigm` per class; here the source chosen at run time decides.
+    @property
+    def paradigm(self) -> Paradigm:  # type: ignore[override]
+        """ "pair-wise" or "class-level", from the similarity source."""
+        return self.source.paradigm
+
+    # The equation, a pure function (sim, pos_mask, neg_mask, *, m, gamma) -> [B]; set by each
+    # subclass as a staticmethod.
+    per_anchor_loss: Callable[..., Tensor]
+
+    def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        self.check_batch(embeddings, labels)
+        sim, pos_mask, neg_mask = self.source(embeddings, labels)
+        per_anchor = self.per_anchor_loss(sim, pos_mask, neg_mask, m=self.m, gamma=self.gamma)
+        active = pos_mask.any(1) & neg_mask.any(1)  # [B]
+        self.last_stats = pair_stats(sim, pos_mask, neg_mask, active)
+        return per_anchor.sum() / active.sum().clamp_min(1)
+
+    def extra_repr(self) -> str:
+        return f"m={self.m}, gamma={self.gamma}"
