@@ -1,9 +1,17 @@
-"""Results rows → leaderboard table: mean and 95 % confidence interval over seeds.
+"""Results rows → leaderboard table: mean and 95 % confidence interval over seeds, and paired
+differences to the group's floor and to pair-wise Circle loss.
 
 A leaderboard row is one experiment (`<group>/<config stem>`, the cell id without its seed);
 its runs differ only in the seed, so every comparable-settings column must agree across them.
 The interval is Student's t: `mean ± t(0.975, n-1) · s / √n` with `s` the sample standard
 deviation (ddof=1); it is empty for a single seed.
+
+Seeds pair runs across experiments of a group (same data order and, where the architectures
+agree, the same initialisation), so a difference between two experiments is estimated from the
+per-seed differences d_s = x_s − y_s over the seeds both ran: `<metric>_vs_floor_mean` and
+`_ci95` against the group's floor (the untrained model, loss `none (pretrained)`), and
+`<metric>_vs_circle_*` against pair-wise Circle loss — the paired t interval, which is
+narrower than comparing two unpaired intervals when seeds move both runs alike.
 """
 
 from __future__ import annotations
@@ -16,7 +24,13 @@ from scipy import stats
 
 from benchmark.evaluation.metrics import metric_columns
 from benchmark.training.atomic import replaced
-from benchmark.training.results import SETTINGS_COLUMNS
+from benchmark.training.results import FLOOR_LOSS, SETTINGS_COLUMNS
+
+# The references every experiment of a group is compared with: name -> how to find its rows.
+REFERENCES = {
+    "floor": lambda rows: rows["loss"] == FLOOR_LOSS,
+    "circle": lambda rows: (rows["loss"] == "CircleLoss") & (rows["labels"] == "pair-wise"),
+}
 
 
 def ci95(values: pd.Series) -> float:
@@ -59,7 +73,45 @@ def aggregate_rows(rows: pd.DataFrame) -> pd.DataFrame:
         if "wall_time_s" in runs:
             record["wall_time_s_mean"] = runs["wall_time_s"].mean()
         out.append(record)
-    return pd.DataFrame(out)
+    board = pd.DataFrame(out)
+    return board.assign(**_paired_columns(rows, experiment, board, metrics)) if out else board
+
+
+def paired_difference(values: pd.Series, reference: pd.Series) -> tuple[float, float, int]:
+    """Mean and 95 % CI half-width of `values - reference` over the seeds (index) both have,
+    and how many seeds that is."""
+    both = values.index.intersection(reference.index)
+    differences = values[both] - reference[both]
+    return float(differences.mean()) if len(both) else math.nan, ci95(differences), len(both)
+
+
+def _paired_columns(
+    rows: pd.DataFrame, experiment: pd.Series, board: pd.DataFrame, metrics: list[str]
+) -> dict[str, list[float]]:
+    """`<metric>_vs_<reference>_mean` / `_ci95` for every experiment (NaN for the reference
+    itself and where its group has no such reference)."""
+    rows = rows.assign(experiment=experiment, group=experiment.str.split("/").str[0])
+    columns: dict[str, list[float]] = {}
+    for name, is_reference in REFERENCES.items():
+        reference_rows = rows[is_reference(rows)]
+        for metric in metrics:
+            means, cis = [], []
+            for _, entry in board.iterrows():
+                own = rows[rows["experiment"] == entry["experiment"]]
+                ref = reference_rows[reference_rows["group"] == entry["group"]]
+                if ref.empty or ref["experiment"].iloc[0] == entry["experiment"]:
+                    means.append(math.nan)
+                    cis.append(math.nan)
+                    continue
+                ref = ref[ref["experiment"] == ref["experiment"].iloc[0]]  # the first one
+                mean, ci, _ = paired_difference(
+                    own.set_index("seed")[metric], ref.set_index("seed")[metric]
+                )
+                means.append(mean)
+                cis.append(ci)
+            columns[f"{metric}_vs_{name}_mean"] = means
+            columns[f"{metric}_vs_{name}_ci95"] = cis
+    return columns
 
 
 def write_csv(board: pd.DataFrame, path: Path) -> None:

@@ -61,6 +61,15 @@ def format_cell(mean: float, ci: float, paper: float | None) -> str:
     return text if paper is None else f"{text} (paper {paper:g})"
 
 
+def format_difference(mean: float, ci: float) -> str:
+    """`+3.20 ± 1.10 *`: a paired difference, starred when its 95 % CI excludes 0."""
+    if math.isnan(mean):
+        return "–"
+    if math.isnan(ci):
+        return f"{mean:+.2f}"
+    return f"{mean:+.2f} ± {ci:.2f}" + (" *" if abs(mean) > ci else "")
+
+
 def leaderboard_markdown(
     board: pd.DataFrame,
     *,
@@ -81,7 +90,11 @@ def leaderboard_markdown(
     lines += [
         "Metrics in percent: mean ± half-width of the 95 % Student-t confidence interval over "
         "seeds (no interval for one seed). `(paper x)` is the number the paper reports for the "
-        "same dataset, loss and labels, shown only where the suite declares its data comparable.",
+        "same dataset, loss and labels, shown only where the suite declares its data comparable. "
+        "`none (pretrained)` is the group's floor: the same network and evaluation with no "
+        "training. `Δ floor` and `Δ Circle` are paired differences of the first metric (per seed, "
+        "then mean ± 95 % CI) to the floor and to pair-wise Circle loss; `*` marks an interval "
+        "that excludes 0.",
         "",
     ]
     for group, rows in board.groupby("group", sort=False):
@@ -101,7 +114,12 @@ def _group_table(
         facts += f"; needs `{rows['requires'].iloc[0]}`"
     metrics = [m for m in metric_columns([c[:-5] for c in rows if c.endswith("_mean")])]
     metrics = [m for m in metrics if rows[f"{m}_mean"].notna().any()]
-    head = ["loss", "labels", "params", *varying, "seeds", *metrics, "s/run"]
+    deltas = [
+        r for r in ("floor", "circle")
+        if metrics and rows.get(f"{metrics[0]}_vs_{r}_mean", pd.Series()).notna().any()
+    ]  # fmt: skip
+    delta_heads = [f"Δ {'floor' if r == 'floor' else 'Circle'} {metrics[0]}" for r in deltas]
+    head = ["loss", "labels", "params", *varying, "seeds", *metrics, *delta_heads, "s/run"]
     lines = [f"## {group}", "", facts, "", "| " + " | ".join(head) + " |"]
     lines.append("|" + "---|" * len(head))
     for _, row in rows.iterrows():
@@ -110,6 +128,9 @@ def _group_table(
         for m in metrics:
             ref = paper_value(paper, paper_dataset, row["loss"], row["labels"], m)
             cells.append(format_cell(row[f"{m}_mean"], row[f"{m}_ci95"], ref))
+        for r in deltas:
+            prefix = f"{metrics[0]}_vs_{r}"
+            cells.append(format_difference(row[f"{prefix}_mean"], row[f"{prefix}_ci95"]))
         wall = row.get("wall_time_s_mean", math.nan)
         cells.append("–" if pd.isna(wall) else f"{float(wall):.0f}")
         lines.append("| " + " | ".join(cells) + " |")

@@ -146,10 +146,10 @@ class RunSummary:
     failed: dict[str, str] = field(default_factory=dict)
 
 
-def fit_args(cell: Cell, rows_csv: Path, run_root: Path, *, wandb: bool = True) -> list[str]:
-    """The `circlebench fit` command line of one cell; its run folder goes under `run_root`."""
+def cell_args(cell: Cell, rows_csv: Path, run_root: Path, *, wandb: bool = True) -> list[str]:
+    """The `circlebench fit|test` command line of one cell; its run folder goes under `run_root`."""
     return [
-        "fit",
+        cell.command,
         "--config",
         str(cell.config),
         "--seed_everything",
@@ -254,12 +254,12 @@ def _run_unfinished(
 def _run_one(cell: Cell, settings: CellSettings, summary: RunSummary, console: Console) -> None:
     log = settings.work_dir / "logs" / f"{cell.cell_id.replace('/', '__')}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    args = fit_args(cell, settings.rows_csv, settings.work_dir / "runs", wandb=settings.wandb)
+    args = cell_args(cell, settings.rows_csv, settings.work_dir / "runs", wandb=settings.wandb)
     start = time.perf_counter()
     try:
         settings.runner(args, log, settings.threads)
         if cell.cell_id not in set(read_results(settings.rows_csv)["cell_id"]):
-            raise CellFailedError(f"fit finished but wrote no row to {settings.rows_csv}")
+            raise CellFailedError(f"{cell.command} ended but wrote no row to {settings.rows_csv}")
     except CellFailedError as error:
         summary.failed[cell.cell_id] = f"{error}; log: {log}"
         tail = log.read_text(errors="replace").splitlines()[-15:] if log.is_file() else []

@@ -15,22 +15,28 @@ groups:
       softmax: [--model.loss.init_args.num_classes=25]
     requires: ../shared/data/cub200 # optional: cells are skipped, with a reason, when absent
     paper_dataset: cub200           # optional: compare with this dataset's paper numbers
+    floor: experiments/synthetic/circle.yaml  # optional: this config untrained is the floor
 ```
 
 A cell is one `fit` run, named `<group>/<config stem>/seed<seed>`; its results row carries
-that name in the `cell_id` column, which is how a rerun knows the cell is done.
+that name in the `cell_id` column, which is how a rerun knows the cell is done. A group with a
+`floor` also gets one `test` cell per seed, `<group>/floor/seed<seed>`: that config evaluated
+with no training (the row's loss is `none (pretrained)`), which every other row of the group
+is compared with, seed by seed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import yaml
 
 SUITES_DIR = Path("experiments/suites")
 _SUITE_KEYS = {"description", "seeds", "overrides", "output", "threads", "groups"}
-_GROUP_KEYS = {"configs", "overrides", "config_overrides", "requires", "paper_dataset"}
+_GROUP_KEYS = {"configs", "overrides", "config_overrides", "requires", "paper_dataset", "floor"}
+FLOOR = "floor"  # the config stem of a group's floor cells
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,7 @@ class Group:
     config_overrides: dict[str, tuple[str, ...]]
     requires: Path | None
     paper_dataset: str | None
+    floor: Path | None = None
 
     def overrides_for(self, config: Path) -> tuple[str, ...]:
         """The group's overrides, then those of this config."""
@@ -57,17 +64,18 @@ class Group:
 
 @dataclass(frozen=True)
 class Cell:
-    """One `circlebench fit` run of the grid."""
+    """One run of the grid: `fit` a config, or `test` the group's floor config untrained."""
 
     group: Group
     config: Path
     seed: int
     overrides: tuple[str, ...]
+    command: Literal["fit", "test"] = "fit"
 
     @property
     def experiment(self) -> str:
-        """The leaderboard row this cell contributes to: `<group>/<config stem>`."""
-        return f"{self.group.name}/{self.config.stem}"
+        """The leaderboard row this cell contributes to: `<group>/<config stem>` (`floor`)."""
+        return f"{self.group.name}/{FLOOR if self.command == 'test' else self.config.stem}"
 
     @property
     def cell_id(self) -> str:
@@ -87,13 +95,18 @@ class Suite:
     groups: tuple[Group, ...]
 
     def cells(self) -> list[Cell]:
-        """Every cell, group by group, config by config, seed by seed."""
-        return [
-            Cell(group, config, seed, (*self.overrides, *group.overrides_for(config)))
-            for group in self.groups
-            for config in group.configs
-            for seed in self.seeds
-        ]
+        """Every cell, group by group (its floor first), config by config, seed by seed."""
+        cells = []
+        for group in self.groups:
+            if group.floor is not None:
+                overrides = (*self.overrides, *group.overrides_for(group.floor))
+                cells += [Cell(group, group.floor, s, overrides, "test") for s in self.seeds]
+            cells += [
+                Cell(group, config, seed, (*self.overrides, *group.overrides_for(config)))
+                for config in group.configs
+                for seed in self.seeds
+            ]
+        return cells
 
 
 def suite_names(root: Path = Path(".")) -> list[str]:
@@ -159,6 +172,9 @@ def _group(name: str, spec: dict, root: Path, path: Path) -> Group:
             f"{sorted(c.stem for c in configs)}"
         )
     requires = spec.get("requires")
+    floor = spec.get("floor")
+    if floor is not None and not (root / floor).is_file():
+        raise FileNotFoundError(f"{where}: floor config {floor!r} not found under {root}")
     return Group(
         name=name,
         configs=tuple(configs),
@@ -169,6 +185,7 @@ def _group(name: str, spec: dict, root: Path, path: Path) -> Group:
         },
         requires=Path(requires) if requires else None,
         paper_dataset=spec.get("paper_dataset"),
+        floor=Path(floor) if floor is not None else None,
     )
 
 

@@ -22,10 +22,10 @@ from benchmark.leaderboard import command as leaderboard
 from benchmark.leaderboard import numerics, runner
 from benchmark.leaderboard.aggregate import aggregate_rows, ci95, read_leaderboard
 from benchmark.leaderboard.check import compare
-from benchmark.leaderboard.markdown import leaderboard_markdown
+from benchmark.leaderboard.markdown import format_difference, leaderboard_markdown
 from benchmark.leaderboard.plots import write_plots
 from benchmark.leaderboard.suite import load_suite, suite_names
-from benchmark.training.results import read_results
+from benchmark.training.results import FLOOR_LOSS, read_results
 
 REPO = Path(__file__).resolve().parents[3]
 SETTINGS = {"dataset": "synthetic", "protocol": "same_set", "labels": "pair-wise"}
@@ -86,6 +86,42 @@ def test_aggregate_rows_refuses_runs_with_different_settings() -> None:
     rows = pd.concat([HAND_ROWS, frame(row("syn/circle/seed3", 3, 61.0, epochs="5"))])
     with pytest.raises(ValueError, match=r"syn/circle disagree on epochs: \['2', '5'\]"):
         aggregate_rows(rows)
+
+
+PAIRED_ROWS = frame(
+    *[row(f"syn/floor/seed{s}", s, f, loss=FLOOR_LOSS, labels="", epochs="0")
+      for s, f in enumerate([30.0, 34.0, 31.0, 29.0])],
+    *[row(f"syn/circle/seed{s}", s, c) for s, c in enumerate([41.0, 43.5, 40.0, 42.0])],
+    *[row(f"syn/triplet/seed{s}", s, t, loss="TripletLoss")
+      for s, t in enumerate([35.0, 44.0, 30.0])],
+)  # fmt: skip
+
+
+def test_paired_differences_match_scipy_on_hand_made_seeds() -> None:
+    board = aggregate_rows(PAIRED_ROWS).set_index("experiment")
+    circle, floor = [41.0, 43.5, 40.0, 42.0], [30.0, 34.0, 31.0, 29.0]
+    low, high = stats.ttest_rel(circle, floor).confidence_interval(0.95)
+    assert board.loc["syn/circle", "R@1_vs_floor_mean"] == pytest.approx((low + high) / 2)
+    assert board.loc["syn/circle", "R@1_vs_floor_ci95"] == pytest.approx((high - low) / 2)
+    # triplet ran seeds 0-2 only: paired with the floor's and Circle's seeds 0-2
+    low, high = stats.ttest_rel([35.0, 44.0, 30.0], circle[:3]).confidence_interval(0.95)
+    assert board.loc["syn/triplet", "R@1_vs_circle_mean"] == pytest.approx((low + high) / 2)
+    assert board.loc["syn/triplet", "R@1_vs_circle_ci95"] == pytest.approx((high - low) / 2)
+    assert math.isnan(board.loc["syn/floor", "R@1_vs_floor_mean"])  # no self-comparison
+    assert math.isnan(board.loc["syn/circle", "R@1_vs_circle_mean"])
+
+
+def test_markdown_marks_differences_whose_interval_excludes_zero() -> None:
+    text = leaderboard_markdown(
+        aggregate_rows(PAIRED_ROWS), title="T", description="", paper=pd.DataFrame(),
+        paper_datasets={},
+    )  # fmt: skip
+    assert "| Δ floor R@1 | Δ Circle R@1 |" in text
+    circle_line = next(line for line in text.splitlines() if line.startswith("| CircleLoss"))
+    assert "+10.62 ± 2.86 *" in circle_line  # Circle beats the floor, CI excludes 0
+    triplet_line = next(line for line in text.splitlines() if line.startswith("| TripletLoss"))
+    assert "*" not in triplet_line.split("|")[-3]  # vs Circle: the interval straddles 0
+    assert format_difference(1.0, 2.0) == "+1.00 ± 2.00" and format_difference(-3.0, 2.0)[-1] == "*"
 
 
 def test_markdown_shows_paper_numbers_only_for_declared_datasets() -> None:
@@ -213,6 +249,25 @@ def fake_fit(calls: list[list[str]]):
             writer.writerow(result)
 
     return run
+
+
+def test_a_group_floor_adds_one_test_cell_per_seed(project: Path) -> None:
+    (project / "experiments/suites/f.yaml").write_text(
+        "seeds: [0, 1]\ngroups:\n"
+        "  syn: {configs: experiments/syn/*.yaml, floor: experiments/syn/circle.yaml}\n"
+    )
+    cells = load_suite("f", project).cells()
+    assert [(c.cell_id, c.command) for c in cells[:2]] == [
+        ("syn/floor/seed0", "test"), ("syn/floor/seed1", "test"),
+    ]  # fmt: skip
+    assert [c.command for c in cells[2:]] == ["fit"] * 4
+    args = runner.cell_args(cells[0], project / "rows.csv", project / "runs")
+    assert args[:3] == ["test", "--config", "experiments/syn/circle.yaml"]
+    (project / "experiments/suites/f.yaml").write_text(
+        "groups:\n  syn: {configs: experiments/syn/*.yaml, floor: experiments/syn/none.yaml}\n"
+    )
+    with pytest.raises(FileNotFoundError, match=r"floor config 'experiments/syn/none\.yaml'"):
+        load_suite("f", project)
 
 
 def test_suite_cells_expand_globs_and_seeds(project: Path) -> None:
