@@ -70,8 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--jobs",
         type=int,
-        default=1,
-        help="cells run at once (subprocess isolation only; each uses the suite's threads)",
+        default=None,
+        help="cells run at once (default: the usable cores divided by the suite's threads per "
+        "cell; 1 with --isolation in-process)",
     )
     parser.add_argument(
         "--isolation",
@@ -86,12 +87,16 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of `circlebench leaderboard`."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.jobs < 1 or (args.jobs > 1 and args.isolation != "subprocess"):
+    if args.jobs is not None and (
+        args.jobs < 1 or (args.jobs > 1 and args.isolation != "subprocess")
+    ):
         parser.error(f"--jobs must be 1, or more with --isolation subprocess; got {args.jobs}")
     try:
         suite = load_suite(args.suite, Path("."), args.seeds)
     except (KeyError, ValueError, FileNotFoundError) as error:
         parser.error(str(error.args[0]))
+    if args.jobs is None:
+        args.jobs = default_jobs(suite.threads) if args.isolation == "subprocess" else 1
     console = terminal_console()
     runner = RUNNERS[args.isolation]
     if args.check:
@@ -109,6 +114,12 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_wandb:
         log_wandb_table(board, suite, args.results_dir / "suites" / suite.name, console)
     _finish(summary, console)
+
+
+def default_jobs(threads_per_cell: int | None) -> int:
+    """Cells to run at once: every usable core busy, none shared (cells are CPU-bound)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // (threads_per_cell or cores or 1))
 
 
 def build(

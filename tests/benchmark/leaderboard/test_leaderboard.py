@@ -424,3 +424,11 @@ def test_a_cell_dies_with_a_killed_leaderboard_process(tmp_path: Path) -> None:
             return
         time.sleep(0.05)
     pytest.fail(f"cell {cell_pid} outlived the killed leaderboard process")
+
+
+def test_jobs_default_to_the_usable_cores_per_cell(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert leaderboard.default_jobs(1) == 4
+    assert leaderboard.default_jobs(2) == 2
+    assert leaderboard.default_jobs(8) == 1
+    assert leaderboard.default_jobs(None) == 1  # a cell with torch's default threads: all cores
