@@ -146,10 +146,10 @@ def plain_center(mod, x, y):
 
 
 def plain_copernican(mod, x, y):
-    xn = F.normalize(x, dim=1)
-    planet = 1 - F.cosine_similarity(xn, mod.planets[y], dim=1, eps=1e-12)
-    sun = 1 - F.cosine_similarity(xn, xn.detach().mean(0, keepdim=True), dim=1)
-    copernican = planet.mean() - mod.beta * sun.mean()
+    """Eq. 1 of Pal & Savvides on raw features: planet 1 - cos, sun hinge [cos - β]₊."""
+    planet = 1 - F.cosine_similarity(x, mod.planets[y], dim=1, eps=1e-12)
+    sun = F.cosine_similarity(x, x.detach().mean(0, keepdim=True), dim=1, eps=1e-12)
+    copernican = planet.mean() + (sun - mod.beta).clamp_min(0).mean()
     return F.cross_entropy(mod.softmax.classifier(x), y) + mod.lambda_ * copernican
 
 
@@ -183,7 +183,7 @@ def cases(c: int, dim: int) -> list[tuple[str, Callable[[], nn.Module], Callable
         ("CenterLoss", lambda: _random_centres(L.CenterLoss(c, dim, lambda_=0.01)), plain_center),
         (
             "CopernicanLoss",
-            lambda: _random_centres(L.CopernicanLoss(c, dim, 0.1, 1.0)),
+            lambda: _random_centres(L.CopernicanLoss(c, dim, 0.1, -0.5)),
             plain_copernican,
         ),
     ]
