@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from datamodules._files import DatasetInfo, check_images_present
-from datamodules._mat import mat_variable, struct_field
+from datamodules._mat import mat_variable, number_field, struct_field
 from datamodules.base import Protocol, RetrievalDataModule, Split, Splits, relabel
 
 INFO = DatasetInfo(
@@ -38,7 +38,7 @@ def annos_annotations(root: Path) -> list[tuple[str, int]]:
     path = root / "cars_annos.mat"
     records = mat_variable(path, "annotations", INFO.title)
     names = struct_field(records, "relative_im_path", path, INFO.title)
-    return list(zip(names, struct_field(records, "class", path, INFO.title), strict=True))
+    return list(zip(names, number_field(records, "class", path, INFO.title), strict=True))
 
 
 def devkit_annotations(root: Path, part: Literal["train", "test"]) -> list[tuple[str, int]]:
@@ -59,7 +59,7 @@ def devkit_annotations(root: Path, part: Literal["train", "test"]) -> list[tuple
     names = struct_field(records, "fname", path, INFO.title)
     return [
         (f"cars_{part}/{name}", label)
-        for name, label in zip(names, struct_field(records, "class", path, INFO.title), strict=True)
+        for name, label in zip(names, number_field(records, "class", path, INFO.title), strict=True)
     ]
 
 

@@ -36,10 +36,11 @@ def cub200_splits(root: str | Path, train_classes: int = 100) -> Splits:
     root = resolve_root(root, "images.txt", ["CUB_200_2011"])
     if not (root / "images").is_dir():
         raise INFO.missing(root, "images.txt and the folder images/")
-    paths = dict(read_rows(root / "images.txt", INFO, 2))
-    classes = {
-        image: int(label) for image, label in read_rows(root / "image_class_labels.txt", INFO, 2)
-    }
+    paths = dict(read_rows(root / "images.txt", INFO, 2, numbers={0: "image_id"}))
+    labels = read_rows(
+        root / "image_class_labels.txt", INFO, 2, numbers={0: "image_id", 1: "class_id"}
+    )
+    classes = {image: int(label) for image, label in labels}
     if paths.keys() != classes.keys():
         raise ValueError(
             f"{INFO.title}: images.txt and image_class_labels.txt in {root} list different "

@@ -52,7 +52,7 @@ def _image_dir(root: Path, name: str) -> Path:
 
 def _read_list(root: Path, name: str, images: Path) -> tuple[list[str], list[int], list[int]]:
     """Paths, person ids and 0-based cameras of one list file."""
-    rows = read_rows(root / name, INFO, 2)
+    rows = read_rows(root / name, INFO, 2, numbers={1: "person_id"})
     cameras = []
     for relative, _ in rows:
         fields = relative.rsplit("/", 1)[-1].split("_")  # str ops: 126k lines, Path is slow

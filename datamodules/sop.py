@@ -37,7 +37,7 @@ def _read_list(root: Path, name: str) -> tuple[list[str], list[int]]:
             f"{INFO.title}: {path} starts with {header}, expected the header {HEADER}; "
             "is it the official list file?"
         )
-    rows = read_rows(path, INFO, 4, header=True)
+    rows = read_rows(path, INFO, 4, header=True, numbers=dict(enumerate(HEADER[:3])))
     return [str(root / row[3]) for row in rows], [int(row[1]) for row in rows]
 
 
