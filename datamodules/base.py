@@ -31,7 +31,8 @@ class Split:
     """One set of images: `items[i]` is the image, `labels[i]` its class, `cameras[i]` its camera.
 
     `items` are file paths for datasets on disk and integer seeds for the synthetic one. Cameras
-    are -1 where a dataset has none. Training labels are contiguous 0..C-1.
+    are -1 where a dataset has none. Labels are the dataset's own class or person ids as its
+    files give them; `RetrievalDataModule.splits()` maps the training split's to 0..C-1.
     """
 
     items: Sequence[str | int]
@@ -59,7 +60,11 @@ class Split:
 
 @dataclass(frozen=True)
 class Splits:
-    """Training set and test sets; `gallery` is None under the `same_set` protocol."""
+    """Training set and test sets; `gallery` is None under the `same_set` protocol.
+
+    From `load_splits()` every split carries the dataset's own ids; from `carve_validation()`
+    and `RetrievalDataModule.splits()` the training split is relabelled 0..C-1.
+    """
 
     train: Split
     query: Split

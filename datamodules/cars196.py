@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 
 from datamodules._files import DatasetInfo, check_images_present
 from datamodules._mat import mat_variable, number_field, struct_field
-from datamodules.base import Protocol, RetrievalDataModule, Split, Splits, relabel
+from datamodules.base import Protocol, RetrievalDataModule, Split, Splits
 
 INFO = DatasetInfo(
     name="cars196",
@@ -66,7 +66,7 @@ def devkit_annotations(root: Path, part: Literal["train", "test"]) -> list[tuple
 def cars196_splits(root: str | Path, train_classes: int = 98) -> Splits:
     """Classes 1..`train_classes` train, the rest query (= gallery), from either layout.
 
-    Training labels are 0..train_classes-1, query labels the official class id minus 1.
+    Labels are the official class ids (1..196).
     """
     root = Path(root).expanduser()
     if (root / "cars_annos.mat").is_file():
@@ -90,8 +90,8 @@ def cars196_splits(root: str | Path, train_classes: int = 98) -> Splits:
     train = [(root / name, label) for name, label in annotations if label <= train_classes]
     test = [(root / name, label) for name, label in annotations if label > train_classes]
     return Splits(
-        train=relabel(Split([str(p) for p, _ in train], [c for _, c in train], [-1] * len(train))),
-        query=Split([str(p) for p, _ in test], [c - 1 for _, c in test], [-1] * len(test)),
+        train=Split([str(p) for p, _ in train], [c for _, c in train], [-1] * len(train)),
+        query=Split([str(p) for p, _ in test], [c for _, c in test], [-1] * len(test)),
         gallery=None,
     )
 
