@@ -7,7 +7,7 @@ story about where a dataset comes from and what its folder must hold.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,20 +60,46 @@ def resolve_root(root: str | Path, marker: str, subfolders: Iterable[str]) -> Pa
 
 
 def read_rows(
-    path: Path, info: DatasetInfo, columns: int, *, header: bool = False
+    path: Path,
+    info: DatasetInfo,
+    columns: int,
+    *,
+    header: bool = False,
+    numbers: Mapping[int, str] | None = None,
 ) -> list[list[str]]:
-    """Whitespace-separated rows of a metadata file, each checked to have `columns` fields."""
+    """Whitespace-separated rows of a metadata file, each checked to have `columns` fields.
+
+    Args:
+        numbers: `{column index: column name}` of the fields that must be whole numbers (ids,
+            labels); each is checked here, so the caller's `int(row[i])` cannot fail and a
+            damaged value is reported with its file, line, column and value.
+    """
     if not path.is_file():
         raise info.missing(path.parent, f"the file {path.name}")
-    lines = path.read_text().splitlines()[1 if header else 0 :]
-    rows = [line.split() for line in lines if line.strip()]
-    for number, row in enumerate(rows, start=2 if header else 1):
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        row = line.split()
+        if (header and number == 1) or not row:
+            continue
         if len(row) != columns:
             raise ValueError(
                 f"{info.title}: {path} line {number} has {len(row)} fields, expected {columns} "
                 f"({' '.join(row)!r}); the file is damaged, extract it again from the archive"
             )
+        for column, name in (numbers or {}).items():
+            if not _is_whole_number(row[column]):
+                raise ValueError(
+                    f"{info.title}: {path} line {number} column {column + 1} ({name}) holds "
+                    f"{row[column]!r}, not a whole number; the file is damaged, extract it "
+                    "again from the archive"
+                )
+        rows.append(row)
     return rows
+
+
+def _is_whole_number(text: str) -> bool:
+    """True for what `int()` reads as a plain decimal: `7`, `007`, `-1`; not `1x`, `1.0`, `1_0`."""
+    return text.removeprefix("-").isascii() and text.removeprefix("-").isdigit()
 
 
 def check_images_present(info: DatasetInfo, root: Path, splits: Splits) -> None:

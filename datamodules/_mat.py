@@ -38,3 +38,18 @@ def struct_field(records: np.ndarray, field: str, path: Path, dataset: str) -> l
         value.item() if isinstance(value, np.ndarray | np.generic) else value
         for value in records[field]
     ]
+
+
+def number_field(records: np.ndarray, field: str, path: Path, dataset: str) -> list[int]:
+    """One whole-number field (a class id) of a struct array; any other value is named."""
+    values = struct_field(records, field, path, dataset)
+    numbers = []
+    for entry, value in enumerate(values, start=1):
+        whole = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (whole and float(value).is_integer()):
+            raise ValueError(
+                f"{dataset}: {path} entry {entry} of the annotations has {field}={value!r}, not a "
+                "whole number; the file is damaged, download it again"
+            )
+        numbers.append(int(value))
+    return numbers

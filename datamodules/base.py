@@ -20,7 +20,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules.transforms import fine_grained_transform, reid_transform
-from samplers import PKSampler
+from samplers import PKSampler, SamplerMode
 
 Protocol = Literal["same_set", "query_gallery"]
 ImageSize = int | tuple[int, int]
@@ -31,7 +31,8 @@ class Split:
     """One set of images: `items[i]` is the image, `labels[i]` its class, `cameras[i]` its camera.
 
     `items` are file paths for datasets on disk and integer seeds for the synthetic one. Cameras
-    are -1 where a dataset has none. Training labels are contiguous 0..C-1.
+    are -1 where a dataset has none. Labels are the dataset's own class or person ids as its
+    files give them; `RetrievalDataModule.splits()` maps the training split's to 0..C-1.
     """
 
     items: Sequence[str | int]
@@ -59,7 +60,11 @@ class Split:
 
 @dataclass(frozen=True)
 class Splits:
-    """Training set and test sets; `gallery` is None under the `same_set` protocol."""
+    """Training set and test sets; `gallery` is None under the `same_set` protocol.
+
+    From `load_splits()` every split carries the dataset's own ids; from `carve_validation()`
+    and `RetrievalDataModule.splits()` the training split is relabelled 0..C-1.
+    """
 
     train: Split
     query: Split
@@ -168,7 +173,9 @@ class RetrievalDataModule(pl.LightningDataModule):
         val_classes: number of training classes held out as a class-disjoint validation split
             (chosen by `seed`); 0 for none.
         seed: seed of the P-K sampler and of the validation split.
-        batches_per_epoch: training batches per epoch and rank; default about one pass.
+        batches_per_epoch: training batches per epoch and rank; default one pass.
+        sampler_mode: `PKSampler`'s `mode`: `coverage` (every training image once per epoch
+            where class sizes allow) or `independent` (each batch drawn afresh).
     """
 
     dataset_name: ClassVar[str]
@@ -186,6 +193,7 @@ class RetrievalDataModule(pl.LightningDataModule):
         val_classes: int = 0,
         seed: int = 0,
         batches_per_epoch: int | None = None,
+        sampler_mode: SamplerMode = "independent",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -193,6 +201,7 @@ class RetrievalDataModule(pl.LightningDataModule):
         self.p, self.k, self.image_size = p, k, image_size
         self.num_workers, self.eval_batch_size = num_workers, eval_batch_size
         self.val_classes, self.seed, self.batches_per_epoch = val_classes, seed, batches_per_epoch
+        self.sampler_mode = sampler_mode
         self._splits: tuple[Split, Splits | None, Splits] | None = None
         self._datasets: dict[str, Dataset] = {}
 
@@ -264,6 +273,7 @@ class RetrievalDataModule(pl.LightningDataModule):
             self.p,
             self.k,
             self.seed,
+            mode=self.sampler_mode,
             num_replicas=trainer.world_size if trainer is not None else None,
             rank=trainer.global_rank if trainer is not None else None,
             batches_per_epoch=self.batches_per_epoch,

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from datamodules._files import DatasetInfo, check_images_present
-from datamodules._mat import mat_variable, struct_field
-from datamodules.base import Protocol, RetrievalDataModule, Split, Splits, relabel
+from datamodules._mat import mat_variable, number_field, struct_field
+from datamodules.base import Protocol, RetrievalDataModule, Split, Splits
 
 INFO = DatasetInfo(
     name="cars196",
@@ -38,7 +38,7 @@ def annos_annotations(root: Path) -> list[tuple[str, int]]:
     path = root / "cars_annos.mat"
     records = mat_variable(path, "annotations", INFO.title)
     names = struct_field(records, "relative_im_path", path, INFO.title)
-    return list(zip(names, struct_field(records, "class", path, INFO.title), strict=True))
+    return list(zip(names, number_field(records, "class", path, INFO.title), strict=True))
 
 
 def devkit_annotations(root: Path, part: Literal["train", "test"]) -> list[tuple[str, int]]:
@@ -59,14 +59,14 @@ def devkit_annotations(root: Path, part: Literal["train", "test"]) -> list[tuple
     names = struct_field(records, "fname", path, INFO.title)
     return [
         (f"cars_{part}/{name}", label)
-        for name, label in zip(names, struct_field(records, "class", path, INFO.title), strict=True)
+        for name, label in zip(names, number_field(records, "class", path, INFO.title), strict=True)
     ]
 
 
 def cars196_splits(root: str | Path, train_classes: int = 98) -> Splits:
     """Classes 1..`train_classes` train, the rest query (= gallery), from either layout.
 
-    Training labels are 0..train_classes-1, query labels the official class id minus 1.
+    Labels are the official class ids (1..196).
     """
     root = Path(root).expanduser()
     if (root / "cars_annos.mat").is_file():
@@ -90,8 +90,8 @@ def cars196_splits(root: str | Path, train_classes: int = 98) -> Splits:
     train = [(root / name, label) for name, label in annotations if label <= train_classes]
     test = [(root / name, label) for name, label in annotations if label > train_classes]
     return Splits(
-        train=relabel(Split([str(p) for p, _ in train], [c for _, c in train], [-1] * len(train))),
-        query=Split([str(p) for p, _ in test], [c - 1 for _, c in test], [-1] * len(test)),
+        train=Split([str(p) for p, _ in train], [c for _, c in train], [-1] * len(train)),
+        query=Split([str(p) for p, _ in test], [c for _, c in test], [-1] * len(test)),
         gallery=None,
     )
 

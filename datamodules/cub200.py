@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from datamodules._files import DatasetInfo, check_images_present, read_rows, resolve_root
-from datamodules.base import Protocol, RetrievalDataModule, Split, Splits, relabel
+from datamodules.base import Protocol, RetrievalDataModule, Split, Splits
 
 INFO = DatasetInfo(
     name="cub200",
@@ -28,18 +28,18 @@ INFO = DatasetInfo(
 
 
 def cub200_splits(root: str | Path, train_classes: int = 100) -> Splits:
-    """Classes 1..`train_classes` train, the rest query (= gallery); labels from the files.
+    """Classes 1..`train_classes` train, the rest query (= gallery); labels are the class ids.
 
-    Training labels are 0..train_classes-1, query labels the official class id minus 1.
     `train_classes` scales the split to subsets (classes 1–6 with 3: 178 / 145 images).
     """
     root = resolve_root(root, "images.txt", ["CUB_200_2011"])
     if not (root / "images").is_dir():
         raise INFO.missing(root, "images.txt and the folder images/")
-    paths = dict(read_rows(root / "images.txt", INFO, 2))
-    classes = {
-        image: int(label) for image, label in read_rows(root / "image_class_labels.txt", INFO, 2)
-    }
+    paths = dict(read_rows(root / "images.txt", INFO, 2, numbers={0: "image_id"}))
+    labels = read_rows(
+        root / "image_class_labels.txt", INFO, 2, numbers={0: "image_id", 1: "class_id"}
+    )
+    classes = {image: int(label) for image, label in labels}
     if paths.keys() != classes.keys():
         raise ValueError(
             f"{INFO.title}: images.txt and image_class_labels.txt in {root} list different "
@@ -58,15 +58,11 @@ def cub200_splits(root: str | Path, train_classes: int = 100) -> Splits:
         (train if classes[image] <= train_classes else test).append(image)
     images = root / "images"
     return Splits(
-        train=relabel(
-            Split(
-                [str(images / paths[i]) for i in train],
-                [classes[i] for i in train],
-                [-1] * len(train),
-            )
+        train=Split(
+            [str(images / paths[i]) for i in train], [classes[i] for i in train], [-1] * len(train)
         ),
         query=Split(
-            [str(images / paths[i]) for i in test], [classes[i] - 1 for i in test], [-1] * len(test)
+            [str(images / paths[i]) for i in test], [classes[i] for i in test], [-1] * len(test)
         ),
         gallery=None,
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from datamodules._files import DatasetInfo, check_images_present, resolve_root
-from datamodules.base import ImageSize, Protocol, RetrievalDataModule, Split, Splits, relabel
+from datamodules.base import ImageSize, Protocol, RetrievalDataModule, Split, Splits
 
 INFO = DatasetInfo(
     name="market1501",
@@ -52,14 +52,14 @@ def _read_folder(folder: Path) -> tuple[list[str], list[int], list[int]]:
 
 
 def market1501_splits(root: str | Path) -> Splits:
-    """Train (ids relabelled 0..750), query, and gallery with distractors (id 0) kept."""
+    """Train, query, and gallery with distractors (id 0) kept; labels are the person ids."""
     root = resolve_root(root, FOLDERS["train"], ["Market-1501-v15.09.15", "Market-1501"])
     for folder in FOLDERS.values():
         if not (root / folder).is_dir():
             raise INFO.missing(root, "bounding_box_train/, query/ and bounding_box_test/")
     train, query, gallery = (_read_folder(root / folder) for folder in FOLDERS.values())
     return Splits(
-        train=relabel(Split(*train)),
+        train=Split(*train),
         query=Split(*query),
         gallery=Split(*gallery),
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from datamodules._files import DatasetInfo, check_images_present, read_rows, resolve_root
-from datamodules.base import ImageSize, Protocol, RetrievalDataModule, Split, Splits, relabel
+from datamodules.base import ImageSize, Protocol, RetrievalDataModule, Split, Splits
 
 INFO = DatasetInfo(
     name="msmt17",
@@ -52,7 +52,7 @@ def _image_dir(root: Path, name: str) -> Path:
 
 def _read_list(root: Path, name: str, images: Path) -> tuple[list[str], list[int], list[int]]:
     """Paths, person ids and 0-based cameras of one list file."""
-    rows = read_rows(root / name, INFO, 2)
+    rows = read_rows(root / name, INFO, 2, numbers={1: "person_id"})
     cameras = []
     for relative, _ in rows:
         fields = relative.rsplit("/", 1)[-1].split("_")  # str ops: 126k lines, Path is slow
@@ -66,7 +66,7 @@ def _read_list(root: Path, name: str, images: Path) -> tuple[list[str], list[int
 
 
 def msmt17_splits(root: str | Path, include_val: bool = False) -> Splits:
-    """Train (`list_train.txt`, + `list_val.txt` if `include_val`; ids 0..C-1), query, gallery.
+    """Train (`list_train.txt`, + `list_val.txt` if `include_val`), query, gallery; list pids.
 
     Reads the list files only, so it works where the images are absent.
     """
@@ -81,7 +81,7 @@ def msmt17_splits(root: str | Path, include_val: bool = False) -> Splits:
         val = _read_list(root, "list_val.txt", train_dir)
         items, ids, cameras = items + val[0], ids + val[1], cameras + val[2]
     return Splits(
-        train=relabel(Split(items, ids, cameras)),
+        train=Split(items, ids, cameras),
         query=Split(*_read_list(root, "list_query.txt", test_dir)),
         gallery=Split(*_read_list(root, "list_gallery.txt", test_dir)),
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from datamodules._files import DatasetInfo, check_images_present, read_rows, resolve_root
-from datamodules.base import Protocol, RetrievalDataModule, Split, Splits, relabel
+from datamodules.base import Protocol, RetrievalDataModule, Split, Splits
 
 INFO = DatasetInfo(
     name="sop",
@@ -37,17 +37,17 @@ def _read_list(root: Path, name: str) -> tuple[list[str], list[int]]:
             f"{INFO.title}: {path} starts with {header}, expected the header {HEADER}; "
             "is it the official list file?"
         )
-    rows = read_rows(path, INFO, 4, header=True)
+    rows = read_rows(path, INFO, 4, header=True, numbers=dict(enumerate(HEADER[:3])))
     return [str(root / row[3]) for row in rows], [int(row[1]) for row in rows]
 
 
 def sop_splits(root: str | Path) -> Splits:
-    """Train from `Ebay_train.txt` (labels 0..C-1), query (= gallery) from `Ebay_test.txt`."""
+    """Train from `Ebay_train.txt`, query (= gallery) from `Ebay_test.txt`; labels: class_id."""
     root = resolve_root(root, "Ebay_train.txt", ["Stanford_Online_Products"])
     train_items, train_classes = _read_list(root, "Ebay_train.txt")
     test_items, test_classes = _read_list(root, "Ebay_test.txt")
     return Splits(
-        train=relabel(Split(train_items, train_classes, [-1] * len(train_items))),
+        train=Split(train_items, train_classes, [-1] * len(train_items)),
         query=Split(test_items, test_classes, [-1] * len(test_items)),
         gallery=None,
     )

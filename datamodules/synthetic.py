@@ -24,6 +24,7 @@ from datamodules.base import (
     query_gallery_split,
 )
 from datamodules.transforms import as_hw
+from samplers import SamplerMode
 
 Mode = Literal["fine_grained", "reid"]
 
@@ -71,8 +72,8 @@ class SyntheticDataModule(RetrievalDataModule):
         render_seed: seed of the rendered world (looks, poses, cameras); fixed by default so
             runs with different `seed`s train on the same data.
         image_size: rendered size, an int or `(H, W)`; 64 px keeps CPU runs fast.
-        p, k, num_workers, eval_batch_size, val_classes, seed, batches_per_epoch: as in
-            `RetrievalDataModule`.
+        p, k, num_workers, eval_batch_size, val_classes, seed, batches_per_epoch, sampler_mode:
+            as in `RetrievalDataModule`.
     """
 
     dataset_name: ClassVar[str] = "synthetic"
@@ -95,6 +96,7 @@ class SyntheticDataModule(RetrievalDataModule):
         val_classes: int = 0,
         seed: int = 0,
         batches_per_epoch: int | None = None,
+        sampler_mode: SamplerMode = "independent",
     ) -> None:
         if mode not in ("fine_grained", "reid"):
             raise ValueError(
@@ -122,6 +124,7 @@ class SyntheticDataModule(RetrievalDataModule):
             val_classes=val_classes,
             seed=seed,
             batches_per_epoch=batches_per_epoch,
+            sampler_mode=sampler_mode,
         )
         self.mode = mode
         self.num_train_classes, self.num_test_classes = num_train_classes, num_test_classes

@@ -1,5 +1,5 @@
 """Batch samplers for metric learning."""
 
-from samplers.pk import PKSampler
+from samplers.pk import PKSampler, SamplerMode
 
-__all__ = ["PKSampler"]
+__all__ = ["PKSampler", "SamplerMode"]

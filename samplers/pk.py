@@ -8,6 +8,7 @@ ranks see different, complete P×K batches and no global RNG is touched.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from itertools import islice
 from typing import Literal
 
 import numpy as np
@@ -17,16 +18,31 @@ from torch import Tensor
 from torch.utils.data import Sampler
 
 SmallClasses = Literal["replace", "skip"]
+SamplerMode = Literal["coverage", "independent"]
 
 
 class PKSampler(Sampler[list[int]]):
     """Batch sampler yielding lists of `p * k` dataset indices: P distinct classes × K samples.
 
-    Classes are visited by cycling random permutations of all classes, so over an epoch every
-    class appears in as many batches as every other, give or take one. Within a class the K
-    samples are drawn without replacement; a class with fewer than K samples is either filled by
-    sampling with replacement (`small_classes="replace"`, its images repeat inside the batch) or
-    left out (`small_classes="skip"`).
+    `mode="coverage"` uses every image once per epoch where class sizes allow: each class's
+    images are shuffled and dealt out in chunks of K, and each batch takes one chunk of each of P
+    distinct classes until the chunks run out. Classes are picked with probability proportional
+    to their chunks left, so large classes are spread over the whole epoch, and a class that
+    would otherwise have more chunks than the batches left is always picked. A class whose size
+    is not a multiple of K has its last chunk topped up with other images of the class; a class
+    with more chunks than can be paired with P-1 other classes in the epoch's batches loses the
+    excess (a long-tailed set), and so do the few chunks that do not fill the last batch. An
+    epoch is one such pass; a longer `batches_per_epoch` goes on with fresh ones.
+
+    `mode="independent"` (the default) draws each batch afresh: classes are visited by cycling
+    random permutations of all classes, so over an epoch every class appears in as many batches
+    as every other, give or take one, and each class's K samples are drawn without replacement
+    from all its images, independently of the other batches, so an epoch of the default length
+    sees about 63 % of the images of a balanced set.
+
+    In both modes a class with fewer than K samples is either filled by sampling with
+    replacement (`small_classes="replace"`, its images repeat inside the batch; in coverage mode
+    each of them at least once) or left out (`small_classes="skip"`).
 
     Under DDP the sampler shards itself: use it as `DataLoader(batch_sampler=...)` and run the
     Trainer with `use_distributed_sampler=False` so Lightning does not wrap it again.
@@ -36,12 +52,14 @@ class PKSampler(Sampler[list[int]]):
         p: classes per batch.
         k: samples per class.
         seed: base seed; batches depend only on `(seed, epoch)`.
+        mode: `coverage` (every image once per epoch) or `independent` (batches drawn afresh).
         num_replicas: number of DDP processes; default the `torch.distributed` world size when
             initialised, else 1.
         rank: this process's rank; default the `torch.distributed` rank when initialised, else 0.
         small_classes: what to do with classes that have fewer than `k` samples.
-        batches_per_epoch: batches each rank yields per epoch; default
-            `len(labels) // (p * k * num_replicas)` (at least 1), about one pass over the data.
+        batches_per_epoch: batches each rank yields per epoch; default one pass over the data:
+            in coverage mode the pass's batches divided among the ranks, in independent mode
+            `len(labels) // (p * k * num_replicas)` (at least 1).
     """
 
     def __init__(
@@ -51,6 +69,7 @@ class PKSampler(Sampler[list[int]]):
         k: int,
         seed: int = 0,
         *,
+        mode: SamplerMode = "independent",
         num_replicas: int | None = None,
         rank: int | None = None,
         small_classes: SmallClasses = "replace",
@@ -58,6 +77,11 @@ class PKSampler(Sampler[list[int]]):
     ) -> None:
         if p < 1 or k < 1:
             raise ValueError(f"PKSampler: p and k must be >= 1, got p={p}, k={k}")
+        if mode not in ("coverage", "independent"):
+            raise ValueError(
+                f"PKSampler: mode must be 'coverage' (every image once per epoch) or "
+                f"'independent' (batches drawn afresh), got {mode!r}"
+            )
         if small_classes not in ("replace", "skip"):
             raise ValueError(
                 f"PKSampler: small_classes must be 'replace' or 'skip', got {small_classes!r}"
@@ -88,10 +112,16 @@ class PKSampler(Sampler[list[int]]):
                 "lower p, or use small_classes='replace' to keep small classes"
             )
         self.class_indices: list[Tensor] = [groups[i] for i in keep]
-        self.p, self.k, self.seed = p, k, seed
+        self.p, self.k, self.seed, self.mode = p, k, seed, mode
         self.num_replicas, self.rank = num_replicas, rank
         self.epoch = 0
-        self._len = batches_per_epoch or max(1, len(labels) // (p * k * num_replicas))
+        chunks = torch.tensor([-(-len(members) // k) for members in self.class_indices])
+        self.pass_batches = full_batches(chunks, p)  # coverage mode: batches of one pass
+        if mode == "coverage":
+            default = self.pass_batches // num_replicas
+        else:
+            default = len(labels) // (p * k * num_replicas)
+        self._len = batches_per_epoch or max(1, default)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch's batches; Lightning calls this at the start of every epoch."""
@@ -108,17 +138,42 @@ class PKSampler(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         gen = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
+        batches = self._coverage(gen) if self.mode == "coverage" else self._independent(gen)
+        # every rank draws every batch so the generator stays in step; a rank keeps its stride
+        for b, batch in enumerate(islice(batches, self._len * self.num_replicas)):
+            if b % self.num_replicas == self.rank:
+                yield batch
+
+    def _coverage(self, gen: torch.Generator) -> Iterator[list[int]]:
+        """Passes of batches that use each chunk of K images once; endless, one pass at a time."""
+        while True:
+            chunks = [self._deal(members, gen) for members in self.class_indices]
+            yield from _distinct_class_batches(chunks, self.p, self.pass_batches, gen)
+
+    def _deal(self, members: Tensor, gen: torch.Generator) -> list[Tensor]:
+        """A class's images, shuffled, in chunks of K; the last chunk topped up to K."""
+        n, k = len(members), self.k
+        shuffled = members[torch.randperm(n, generator=gen)]
+        full, rest = divmod(n, k)
+        chunks = list(shuffled[: full * k].view(full, k))
+        if rest:
+            if full:  # other images of the class, each at most once in the chunk
+                fill = shuffled[torch.randperm(full * k, generator=gen)[: k - rest]]
+            else:  # fewer than K images: all of them, then draws with replacement
+                fill = members[torch.randint(n, (k - n,), generator=gen)]
+            chunks.append(torch.cat([shuffled[full * k :], fill]))
+        return chunks
+
+    def _independent(self, gen: torch.Generator) -> Iterator[list[int]]:
+        """Endless batches, each class's K samples drawn afresh from all its images."""
         num_classes = len(self.class_indices)
         queue: list[int] = []  # positions into self.class_indices, in visiting order
-        for b in range(self._len * self.num_replicas):
+        while True:
             # a class is queued at most twice, so 2p entries hold p distinct; skip the set then
             while len(queue) < 2 * self.p and len(set(queue)) < self.p:
                 queue += torch.randperm(num_classes, generator=gen).tolist()
             chosen = _first_distinct(queue, self.p)
-            # every rank draws every batch so the generator stays in step; a rank keeps its stride
-            batch = [self._draw(c, gen) for c in chosen]
-            if b % self.num_replicas == self.rank:
-                yield torch.cat(batch).tolist()
+            yield torch.cat([self._draw(c, gen) for c in chosen]).tolist()
 
     def _draw(self, c: int, gen: torch.Generator) -> Tensor:
         """K indices of class position `c`: without replacement when it has at least K."""
@@ -126,6 +181,55 @@ class PKSampler(Sampler[list[int]]):
         if len(members) >= self.k:
             return members[torch.randperm(len(members), generator=gen)[: self.k]]
         return members[torch.randint(len(members), (self.k,), generator=gen)]
+
+
+def full_batches(chunks: Tensor, p: int) -> int:
+    """The most batches of `p` distinct classes that `chunks[c]` chunks per class can fill.
+
+    B batches can be filled iff sum_c min(chunks[c], B) >= p·B (a class gives at most one chunk
+    to a batch); the left side minus the right is concave in B and 0 at B = 0, so the B that
+    satisfy it form an interval, searched by bisection.
+    """
+    low, high = 0, int(chunks.sum()) // p
+    while low < high:
+        mid = (low + high + 1) // 2
+        if int(chunks.clamp(max=mid).sum()) >= p * mid:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _distinct_class_batches(
+    chunks: list[list[Tensor]], p: int, batches: int, gen: torch.Generator
+) -> Iterator[list[int]]:
+    """`batches` batches, each one chunk of each of `p` distinct classes, no chunk used twice.
+
+    `batches` must be `full_batches` of the chunk counts. The chunks a class can give are capped
+    at `batches`, and the few that exceed `p * batches` are dropped from classes drawn in
+    proportion to their chunks, the last (topped-up) chunk first. Then each batch takes every
+    class that has as many chunks left as batches left (it must be in all of them) and fills up
+    with classes drawn without replacement in proportion to their chunks left, which keeps that
+    invariant, so every batch finds `p` distinct classes.
+    """
+    left = torch.tensor([len(c) for c in chunks]).clamp(max=batches)
+    excess = int(left.sum()) - p * batches
+    if excess:
+        left[torch.multinomial(left.double(), excess, generator=gen)] -= 1
+    used = [0] * len(chunks)
+    for remaining in range(batches, 0, -1):
+        forced = (left == remaining).nonzero().flatten()
+        weights = left.double()
+        weights[forced] = 0
+        free = p - len(forced)
+        drawn = torch.multinomial(weights, free, generator=gen) if free else forced[:0]
+        picked = torch.cat([forced, drawn])
+        left[picked] -= 1
+        batch = []
+        for c in picked.tolist():
+            batch.append(chunks[c][used[c]])
+            used[c] += 1
+        yield torch.cat(batch).tolist()
 
 
 def epoch_seed(seed: int, epoch: int) -> int:

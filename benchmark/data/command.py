@@ -7,10 +7,13 @@ ones, and opens every image, so a run never dies on a missing or truncated file 
 from __future__ import annotations
 
 import argparse
+import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
-from PIL import Image
+from PIL import Image, ImageFile
 from rich.console import Console
 from rich.table import Table
 
@@ -81,13 +84,32 @@ def _info(console: Console, name: str) -> None:
         console.print(f"direct download: circlebench data download {name} --root DIR")
 
 
-def _unreadable(path: str) -> str:
-    """'' if the image decodes completely, else why not."""
+def _strict_jpeg() -> Callable[[bytes], object] | None:
+    """libjpeg-turbo's decoder with its warnings raised (simplejpeg), or None if not installed.
+
+    Pillow silences libjpeg's warnings, so a JPEG whose scan data is garbled ("Corrupt JPEG
+    data: premature end of data segment") decodes to noise without a word.
+    """
+    try:
+        import simplejpeg
+    except ImportError:
+        return None
+    return partial(simplejpeg.decode_jpeg, strict=True, min_factor=8)
+
+
+def _unreadable(path: str, strict_jpeg: Callable[[bytes], object] | None) -> str:
+    """'' if the image decodes completely and cleanly, else why not.
+
+    Run under `_check_files`, where Python warnings are errors and truncation is never loaded.
+    """
     try:
         with Image.open(path) as image:
             # a 1/8-scale JPEG draft still reads every byte, so truncation shows, 8× faster
             image.draft("RGB", (max(1, image.width // 8), max(1, image.height // 8)))
             image.load()
+            jpeg = image.format in ("JPEG", "MPO")
+        if jpeg and strict_jpeg is not None:
+            strict_jpeg(Path(path).read_bytes())  # ValueError on any libjpeg warning
     except FileNotFoundError:
         return "missing"
     except Exception as error:  # any decoder failure (OSError, SyntaxError, ...) is the finding
@@ -100,8 +122,16 @@ def _check_files(split: Split, decode: bool) -> tuple[list[str], list[str]]:
     paths = [str(p) for p in split.items]
     if not decode:
         return [p for p in paths if not Path(p).is_file()], []
-    with ThreadPoolExecutor() as pool:  # PIL decodes without the GIL
-        reasons = list(pool.map(_unreadable, paths))
+    strict_jpeg = _strict_jpeg()
+    truncated = ImageFile.LOAD_TRUNCATED_IMAGES  # some libraries set it; verify never pads
+    with warnings.catch_warnings(), ThreadPoolExecutor() as pool:  # PIL decodes without the GIL
+        warnings.simplefilter("error")  # a decoder's warning (corrupt EXIF, MPO, ...) is a finding
+        warnings.simplefilter("default", DeprecationWarning)
+        ImageFile.LOAD_TRUNCATED_IMAGES = False
+        try:
+            reasons = list(pool.map(partial(_unreadable, strict_jpeg=strict_jpeg), paths))
+        finally:
+            ImageFile.LOAD_TRUNCATED_IMAGES = truncated
     missing = [p for p, why in zip(paths, reasons, strict=True) if why == "missing"]
     bad = [
         f"{p}: {why}" for p, why in zip(paths, reasons, strict=True) if why not in ("", "missing")
@@ -157,6 +187,11 @@ def _verify(console: Console, args: argparse.Namespace) -> None:
     console.print(table)
     if not official:
         console.print("no official counts for this class split: sizes not compared")
+    if not args.no_decode and _strict_jpeg() is None:
+        console.print(
+            "note: simplejpeg is not installed, so JPEGs with garbled scan data (which Pillow "
+            "decodes to noise without a warning) were not looked for: pip install simplejpeg"
+        )
     for line in listed[:SHOWN]:
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
     if len(listed) > SHOWN:

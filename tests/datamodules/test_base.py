@@ -130,6 +130,23 @@ def test_train_loader_shards_by_the_attached_trainer(tmp_path: Path) -> None:
     assert (sampler.num_replicas, sampler.rank, len(sampler)) == (2, 1, 36 // (6 * 2))
 
 
+@pytest.mark.parametrize("mode", ["coverage", "independent"])
+def test_sampler_mode_reaches_the_sampler(tmp_path: Path, mode: str) -> None:
+    dm = make_dm(tmp_path, sampler_mode=mode, k=4)  # 6 classes of 6 images: chunks of 4, 4
+    assert dm.hparams["sampler_mode"] == mode
+    batches = list(dm.train_dataloader().batch_sampler)
+    assert dm.train_dataloader().batch_sampler.mode == mode
+    seen = {i for batch in batches for i in batch}
+    if mode == "coverage":  # 12 chunks fill 4 batches of 3 classes: every image
+        assert len(batches) == 4 and len(seen) == 36
+    else:
+        assert len(batches) == 36 // 12
+
+
+def test_sampler_mode_defaults_to_independent(tmp_path: Path) -> None:
+    assert make_dm(tmp_path).train_dataloader().batch_sampler.mode == "independent"
+
+
 def test_workers_are_persistent(tmp_path: Path) -> None:
     loader = make_dm(tmp_path, num_workers=1).train_dataloader()
     assert loader.persistent_workers and loader.num_workers == 1

@@ -22,8 +22,8 @@ def _content(split: Split) -> list[tuple[int, str]]:
 def test_cars_annos_split_is_by_class(tiny_cars_annos_root: Path) -> None:
     splits = cars196_splits(tiny_cars_annos_root, train_classes=2)
     assert (len(splits.train), len(splits.query), splits.gallery) == (2 + 3, 4 + 5, None)
-    assert sorted(set(splits.train.labels)) == [0, 1]
-    assert sorted(set(splits.query.labels)) == [2, 3]
+    assert sorted(set(splits.train.labels)) == [1, 2]  # official class ids
+    assert sorted(set(splits.query.labels)) == [3, 4]
     assert all("/car_ims/" in p and Path(p).is_file() for p in splits.train.items)
 
 

@@ -10,8 +10,8 @@ from datamodules.cub200 import cub200_splits
 def test_split_is_by_class_and_ignores_the_classification_split(tiny_cub_root: Path) -> None:
     splits = cub200_splits(tiny_cub_root, train_classes=2)
     assert (len(splits.train), len(splits.query), splits.gallery) == (2 + 3, 4 + 5, None)
-    assert list(splits.train.labels) == [0, 0, 1, 1, 1]
-    assert sorted(set(splits.query.labels)) == [2, 3]  # official class id - 1
+    assert list(splits.train.labels) == [1, 1, 2, 2, 2]  # official class ids
+    assert sorted(set(splits.query.labels)) == [3, 4]
     assert set(splits.train.cameras) == set(splits.query.cameras) == {-1}
     assert all("/images/001.Bird_1/" in p or "/images/002.Bird_2/" in p for p in splits.train.items)
     assert all(Path(p).is_file() for p in [*splits.train.items, *splits.query.items])

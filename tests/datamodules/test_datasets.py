@@ -18,12 +18,17 @@ from datamodules import (
 from datamodules.catalog import DATASETS, datamodule_class
 from tests.datamodules import _layouts
 
+LAYOUTS = ["cub200", "cars196_annos", "cars196_devkit", "sop", "market1501", "msmt17"]
 
-@pytest.fixture(params=["cub200", "cars196_annos", "cars196_devkit", "sop", "market1501", "msmt17"])
+
+@pytest.fixture(params=LAYOUTS)
 def tiny_dm(request: pytest.FixtureRequest, tmp_path: Path) -> RetrievalDataModule:
     """Each DataModule on its tiny layout, 2×2 batches of 32 px images, no workers."""
-    common = {"p": 2, "k": 2, "image_size": 32, "num_workers": 0, "eval_batch_size": 4}
-    name = request.param
+    return _tiny(request.param, tmp_path)
+
+
+def _tiny(name: str, tmp_path: Path, **kwargs: int) -> RetrievalDataModule:
+    common = {"p": 2, "k": 2, "image_size": 32, "num_workers": 0, "eval_batch_size": 4, **kwargs}
     if name == "cub200":
         return CUB200DataModule(_layouts.write_cub(tmp_path), train_classes=2, **common)
     if name == "cars196_annos":
@@ -51,6 +56,33 @@ def test_loaders_yield_images_labels_cameras(tiny_dm: RetrievalDataModule) -> No
             assert images.shape[1:] == (3, 32, 32)
             assert (cameras == -1).all() == (tiny_dm.protocol == "same_set")
     assert tiny_dm.val_dataloader() == []
+
+
+def _own_id(name: str, item: str | int, cars: dict[bytes, int]) -> int:
+    """The id that the dataset's files give the image `item` of a `_layouts` dataset."""
+    path = Path(str(item))
+    if name == "cub200":  # images/<ccc>.Bird_<c>/..., the class_id of image_class_labels.txt
+        return int(path.parent.name[:3])
+    if name.startswith("cars196"):  # the `class` of the annotations, found by image content
+        return cars[path.read_bytes()]
+    if name == "sop":  # <category>_final/<111085122870 + class_id>_<n>.JPG
+        return int(path.stem.split("_")[0]) - 111085122870
+    return int(path.name[:4])  # Market's and MSMT17's PPPP_...
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_evaluation_labels_are_the_datasets_own_ids(name: str, tmp_path: Path) -> None:
+    cars = {}
+    for image_id, label, _ in _layouts.cars_images():
+        _layouts.write_jpeg(tmp_path / "car.jpg", image_id)
+        cars[(tmp_path / "car.jpg").read_bytes()] = label
+    dm = _tiny(name, tmp_path / "data", val_classes=1)
+    train, val, test = dm.splits()
+    assert val is not None
+    for split in [val.query, test.query, *(s.gallery for s in (val, test) if s.gallery)]:
+        assert list(split.labels) == [_own_id(name, item, cars) for item in split.items]
+    own = [_own_id(name, item, cars) for item in train.items]  # training: the same ids, 0..C-1
+    assert list(train.labels) == [sorted(set(own)).index(c) for c in own]
 
 
 def test_protocols_recall_ks_and_image_sizes() -> None:
@@ -138,3 +170,8 @@ def test_config_reaches_dataset_and_common_arguments() -> None:
     assert config.class_path == "datamodules.MSMT17DataModule"
     assert (config.init_args.include_val, config.init_args.p) == (True, 4)
     assert config.init_args.image_size == (256, 128)
+    assert config.init_args.sampler_mode == "independent"
+    mode = parser.parse_args([*argv, "--data.init_args.sampler_mode=coverage"]).data
+    assert mode.init_args.sampler_mode == "coverage"
+    with pytest.raises(SystemExit):  # a Literal: anything else is refused with the choices
+        parser.parse_args([*argv, "--data.init_args.sampler_mode=balanced"])

@@ -11,7 +11,7 @@ from datamodules.market1501 import market1501_splits
 def test_folders_give_train_query_gallery(tiny_market_root: Path) -> None:
     splits = market1501_splits(tiny_market_root.parent)
     assert splits.gallery is not None
-    assert list(splits.train.labels) == [0, 0, 1, 1, 1, 2]  # ids 2, 7, 10 relabelled
+    assert list(splits.train.labels) == [2, 2, 7, 7, 7, 10]  # person ids; splits() relabels
     assert list(splits.train.cameras) == [0, 1, 0, 2, 4, 5]  # c1..c6 -> 0..5, by name order
     assert list(splits.query.labels) == [1, 3, 3]
     assert list(splits.query.cameras) == [0, 1, 3]

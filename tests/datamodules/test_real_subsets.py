@@ -22,8 +22,11 @@ def test_cub_subsets_split_by_class(
 ) -> None:
     splits = cub200_splits(shared_data / folder, train_classes)
     assert (len(splits.train), len(splits.query)) == counts
-    assert sorted(set(splits.train.labels)) == list(range(train_classes))
-    assert sorted(set(splits.query.labels)) == list(range(train_classes, 2 * train_classes))
+    assert sorted(set(splits.train.labels)) == list(range(1, train_classes + 1))  # class ids
+    assert sorted(set(splits.query.labels)) == list(range(train_classes + 1, 2 * train_classes + 1))
+    train, _, test = CUB200DataModule(shared_data / folder, train_classes).splits()
+    assert sorted(set(train.labels)) == list(range(train_classes))  # relabelled for training
+    assert test.query.labels == splits.query.labels  # evaluation: the files' class ids
 
 
 def test_cub_50_class_subset_loads_its_grayscale_images(shared_data: Path) -> None:

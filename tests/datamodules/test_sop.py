@@ -11,7 +11,7 @@ from datamodules.sop import sop_splits
 def test_lists_give_train_and_test(tiny_sop_root: Path) -> None:
     splits = sop_splits(tiny_sop_root.parent)
     assert (len(splits.train), len(splits.query), splits.gallery) == (2 + 3 + 4, 5 + 6 + 7, None)
-    assert list(splits.train.labels) == [0, 0, 1, 1, 1, 2, 2, 2, 2]
+    assert list(splits.train.labels) == [1, 1, 2, 2, 2, 3, 3, 3, 3]
     assert sorted(set(splits.query.labels)) == [4, 5, 6]  # official class ids
     assert set(splits.query.cameras) == {-1}
     assert Image.open(splits.train.items[1]).mode == "L"  # SOP has grayscale images

@@ -6,9 +6,12 @@ import dataclasses
 import hashlib
 import socket
 import tarfile
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image, ImageFile
 
 from benchmark.cli import main as circlebench
 from benchmark.data.command import main
@@ -143,3 +146,69 @@ def test_download_checks_md5_then_extracts(
     assert (root / "CUB_200_2011" / "images.txt").is_file()
     main(["verify", "cub200", "--root", str(root), "--train-classes", "2"])
     assert "cub200: OK" in capsys.readouterr().out
+
+
+def _jpeg(path: Path, size: int = 64) -> bytes:
+    """A clean baseline JPEG of a colour gradient, written to `path`; its bytes."""
+    ramp = np.add.outer(np.arange(size), np.arange(size)).astype(np.uint8) * 2
+    Image.fromarray(np.stack([ramp, ramp[::-1], ramp.T], axis=-1)).save(path, quality=90)
+    return path.read_bytes()
+
+
+def _garble_scan(path: Path) -> None:
+    """Keep the headers (SOI … SOS) and the EOI; replace the entropy-coded data by noise.
+
+    The noise holds no 0xFF byte, so no marker appears and the file's structure stays valid.
+    """
+    data = bytearray(_jpeg(path))
+    sos = data.index(b"\xff\xda")
+    start = sos + 2 + int.from_bytes(data[sos + 2 : sos + 4], "big")  # after the SOS header
+    noise = np.random.default_rng(0).integers(0, 255, len(data) - 2 - start, dtype=np.uint8)
+    data[start:-2] = noise.tobytes()
+    path.write_bytes(bytes(data))
+
+
+def test_garbled_jpeg_decodes_silently_in_pillow_but_fails_verify(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    simplejpeg = pytest.importorskip("simplejpeg", reason="verify's strict JPEG check needs it")
+    root = _layouts.write_cub(tmp_path)
+    victim = root / "images" / "003.Bird_3" / "Bird_3_0001_790006.jpg"
+    _garble_scan(victim)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Pillow neither raises nor warns: training reads noise
+        with Image.open(victim) as image:
+            image.load()
+    with pytest.raises(ValueError, match="Corrupt JPEG data"):  # libjpeg only warns
+        simplejpeg.decode_jpeg(victim.read_bytes(), strict=True)
+    with pytest.raises(SystemExit, match=r"query: 0 missing, 1 unreadable"):
+        main(["verify", "cub200", "--root", str(root), "--train-classes", "2"])
+    assert f"{victim}: ValueError: Corrupt JPEG data" in capsys.readouterr().out
+
+
+def test_verify_counts_a_decoder_warning_as_corruption(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    root = _layouts.write_cub(tmp_path)
+    victim = root / "images" / "001.Bird_1" / "Bird_1_0002_790002.jpg"
+    data = _jpeg(victim)
+    mpf = b"MPF\x00" + bytes(4) + b"garbage!"  # an APP2 multi-picture header Pillow can't parse
+    victim.write_bytes(data[:2] + b"\xff\xe2" + (len(mpf) + 2).to_bytes(2, "big") + mpf + data[2:])
+    with pytest.warns(UserWarning, match="malformed MPO"):
+        Image.open(victim).close()
+    with pytest.raises(SystemExit, match=r"train: 0 missing, 1 unreadable"):
+        main(["verify", "cub200", "--root", str(root), "--train-classes", "2"])
+    assert f"{victim}: UserWarning: Image appears to be a malformed MPO" in capsys.readouterr().out
+
+
+def test_verify_finds_truncation_even_where_pillow_is_told_to_load_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.setattr(ImageFile, "LOAD_TRUNCATED_IMAGES", True)  # as some libraries set it
+    root = _layouts.write_cub(tmp_path)
+    cut = root / "images" / "004.Bird_4" / "Bird_4_0002_790011.jpg"
+    cut.write_bytes(_jpeg(cut)[:-200])
+    with pytest.raises(SystemExit, match=r"query: 0 missing, 1 unreadable"):
+        main(["verify", "cub200", "--root", str(root), "--train-classes", "2"])
+    assert f"{cut}: OSError: image file is truncated" in capsys.readouterr().out
+    assert ImageFile.LOAD_TRUNCATED_IMAGES  # restored for the rest of the process
