@@ -160,8 +160,8 @@ def _random_centres(module: nn.Module) -> nn.Module:
     return module
 
 
-def cases(c: int, dim: int) -> list[tuple[str, Callable[[], nn.Module], Callable | None]]:
-    """(name, loss factory, plain implementation of the same loss or None) for c classes."""
+def cases(c: int, dim: int) -> list[tuple[str, Callable[[], nn.Module], Callable]]:
+    """(name, loss factory, plain implementation of the same loss) for c classes."""
     return [
         ("CircleLoss", lambda: L.CircleLoss(m=0.25, gamma=256), plain_circle),
         ("CircleLoss/open-source", lambda: L.CircleLoss(m=0.25, gamma=256), open_source_circle),

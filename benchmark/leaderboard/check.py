@@ -162,9 +162,9 @@ def compare(
             if before != after:
                 report.failures.append(f"{name}: {column} changed from {before!r} to {after!r}")
         for column in metrics:
-            before, after = _num(old, name, column), _num(new, name, column)
-            if not (math.isnan(before) and math.isnan(after)):  # absent on both: nothing to say
-                report.diffs.append(MetricDiff(name, column[: -len("_mean")], before, after))
+            was, now = _num(old, name, column), _num(new, name, column)
+            if not (math.isnan(was) and math.isnan(now)):  # absent on both: nothing to say
+                report.diffs.append(MetricDiff(name, column[: -len("_mean")], was, now))
     return report
 
 
