@@ -8,38 +8,17 @@ DataModule hands over the same [0, 1] RGB images.
 
 from __future__ import annotations
 
-import pickle
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Literal, get_args
 
-import timm
 import torch
 import torch.nn.functional as F
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from torch import Tensor, nn
 
-from benchmark.training import lite0
-from benchmark.training.bninception import CHECKPOINT_URL, BNInception
+from benchmark.training.weights import pretrained_backbone
 
 Pooling = Literal["avg", "max", "avgmax", "gem"]
-LITE0 = ("efficientnet_lite0", "tf_efficientnet_lite0")  # same tensors; the package fits both
 _BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
-
-
-@dataclass(frozen=True)
-class InputConvention:
-    """What input a backbone's weights expect: channel order and mean/std in [0, 1] units."""
-
-    bgr: bool
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-
-
-# Caffe's convention: BGR, 0-255, minus (104, 117, 128), i.e. (x - mean / 255) / (1 / 255).
-BNINCEPTION_INPUT = InputConvention(True, (104 / 255, 117 / 255, 128 / 255), (1 / 255,) * 3)
-TF_LITE_INPUT = InputConvention(False, lite0.MEAN, lite0.STD)
 
 
 class GlobalPool(nn.Module):
@@ -72,8 +51,11 @@ class GlobalPool(nn.Module):
         return f"kind={self.kind!r}"
 
 
-class Embedder(nn.Module):
-    """Backbone -> global pooling -> linear projection to `embedding_dim` (-> BNNeck).
+class PooledBackbone(nn.Module):
+    """Pretrained backbone with its input normalisation and global pooling: images -> [B, C].
+
+    The shared front of `Embedder` (which trains it, with a head) and `BackboneFeatures` (which
+    freezes it to compute cached features), so both load weights and normalise input alike.
 
     Args:
         backbone: `bninception` (ours, Cadene-compatible weights) or any timm model name.
@@ -81,6 +63,58 @@ class Embedder(nn.Module):
             offline; bninception: Cadene's URL; other timm models: the timm hub; both online);
             or the path of a state-dict file (classifier tensors in it are ignored).
         pooling: `avg`, `max`, `avgmax` (avg + max) or `gem` (learnable p).
+    """
+
+    def __init__(
+        self,
+        backbone: str = "efficientnet_lite0",
+        pretrained: bool | str = False,
+        pooling: Pooling = "avg",
+    ) -> None:
+        super().__init__()
+        pool = GlobalPool(pooling)  # checks `pooling` before the (slow) backbone is built
+        self.backbone_name = backbone
+        self.backbone, convention, self._source = pretrained_backbone(backbone, pretrained)
+        self.input_bgr = convention.bgr
+        mean, std = torch.tensor(convention.mean), torch.tensor(convention.std)
+        self.register_buffer("input_mean", mean.view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("input_std", std.view(1, 3, 1, 1), persistent=False)
+        self.pool = pool
+
+    @property
+    def pretrained_source(self) -> str:
+        """Where the backbone weights came from: "none", the package name, a path, "timm-hub"."""
+        return self._source
+
+    @property
+    def num_features(self) -> int:
+        """Channels C of the pooled feature."""
+        return int(self.backbone.num_features)
+
+    def normalize_input(self, images: Tensor) -> Tensor:
+        """[0, 1] RGB images [B, 3, H, W] -> what the backbone's weights expect."""
+        if images.ndim != 4 or images.shape[1] != 3:
+            raise ValueError(f"expected images [B, 3, H, W], got shape {tuple(images.shape)}")
+        if self.input_bgr:
+            images = images.flip(1)
+        return (images - self.input_mean) / self.input_std
+
+    def pooled_features(self, images: Tensor) -> Tensor:
+        """Pooled backbone features [B, C] of [0, 1] RGB images [B, 3, H, W]."""
+        features = self.backbone.forward_features(self.normalize_input(images))  # [B, C, h, w]
+        if features.ndim != 4:
+            raise ValueError(
+                f"backbone {self.backbone_name!r} returns features of shape "
+                f"{tuple(features.shape)}, not a [B, C, h, w] map; use a convolutional backbone"
+            )
+        return self.pool(features)  # [B, C]
+
+
+class Embedder(PooledBackbone):
+    """Backbone -> global pooling -> linear projection to `embedding_dim` (-> BNNeck).
+
+    Args:
+        backbone, pretrained, pooling: as in `PooledBackbone`.
         bnneck: BatchNorm1d after the projection with its bias frozen at 0 (Luo et al., "Bag of
             Tricks", CVPRW 2019). Its output is what both the loss and evaluation see: every loss
             here compares cosine similarities, and Luo et al. retrieve with that feature.
@@ -97,21 +131,9 @@ class Embedder(nn.Module):
         bnneck: bool = False,
         freeze_bn: bool = False,
     ) -> None:
-        super().__init__()
-        if (
-            isinstance(embedding_dim, bool)
-            or not isinstance(embedding_dim, int)
-            or embedding_dim < 1
-        ):
-            raise ValueError(f"embedding_dim must be a positive int, got {embedding_dim!r}")
-        pool = GlobalPool(pooling)  # checks `pooling` before the (slow) backbone is built
-        self.backbone_name, self.embedding_dim, self.freeze_bn = backbone, embedding_dim, freeze_bn
-        self.backbone, convention, self._source = _pretrained_backbone(backbone, pretrained)
-        self.input_bgr = convention.bgr
-        mean, std = torch.tensor(convention.mean), torch.tensor(convention.std)
-        self.register_buffer("input_mean", mean.view(1, 3, 1, 1), persistent=False)
-        self.register_buffer("input_std", std.view(1, 3, 1, 1), persistent=False)
-        self.pool = pool
+        _check_dim("embedding_dim", embedding_dim)  # before the (slow) backbone is built
+        super().__init__(backbone, pretrained, pooling)
+        self.embedding_dim, self.freeze_bn = embedding_dim, freeze_bn
         self.projection = nn.Linear(self.backbone.num_features, embedding_dim)
         self.neck: nn.Module = nn.BatchNorm1d(embedding_dim) if bnneck else nn.Identity()
         if bnneck:
@@ -122,11 +144,6 @@ class Embedder(nn.Module):
                     module.requires_grad_(False)
             self.train(self.training)
 
-    @property
-    def pretrained_source(self) -> str:
-        """Where the backbone weights came from: "none", the package name, a path, "timm-hub"."""
-        return self._source
-
     def train(self, mode: bool = True) -> Embedder:
         super().train(mode)
         if self.freeze_bn:  # BN statistics stay those of the pretrained weights
@@ -135,23 +152,9 @@ class Embedder(nn.Module):
                     module.eval()
         return self
 
-    def normalize_input(self, images: Tensor) -> Tensor:
-        """[0, 1] RGB images [B, 3, H, W] -> what the backbone's weights expect."""
-        if images.ndim != 4 or images.shape[1] != 3:
-            raise ValueError(f"expected images [B, 3, H, W], got shape {tuple(images.shape)}")
-        if self.input_bgr:
-            images = images.flip(1)
-        return (images - self.input_mean) / self.input_std
-
     def forward(self, images: Tensor) -> Tensor:
         """Embeddings [B, D] of [0, 1] RGB images [B, 3, H, W]; not L2-normalised."""
-        features = self.backbone.forward_features(self.normalize_input(images))  # [B, C, h, w]
-        if features.ndim != 4:
-            raise ValueError(
-                f"backbone {self.backbone_name!r} returns features of shape "
-                f"{tuple(features.shape)}, not a [B, C, h, w] map; use a convolutional backbone"
-            )
-        return self.neck(self.projection(self.pool(features)))  # [B, D]
+        return self.neck(self.projection(self.pooled_features(images)))  # [B, D]
 
     def embed(self, images: Tensor) -> Tensor:
         """L2-normalised embeddings [B, D]: what retrieval compares by inner product."""
@@ -173,99 +176,6 @@ class Embedder(nn.Module):
         )
 
 
-def _pretrained_backbone(
-    name: str, pretrained: bool | str
-) -> tuple[nn.Module, InputConvention, str]:
-    """Headless backbone with `forward_features` and `num_features`, its input, its source."""
-    if name != "bninception" and not timm.is_model(name):
-        raise ValueError(
-            f"unknown backbone {name!r}: use 'bninception' or a timm model name "
-            f"(see timm.list_models(), e.g. 'resnet50', 'efficientnet_lite0')"
-        )
-    if pretrained is True and name not in (*LITE0, "bninception"):
-        model = _timm_hub_backbone(name)
-        return model, _timm_convention(model), "timm-hub"
-    state, source = _pretrained_state(name, pretrained)
-    tf_lite0 = name in LITE0 and state is not None and lite0.is_efficientnet_pytorch_state(state)
-    if name == "bninception":
-        model, convention, classifier = BNInception(num_classes=0), BNINCEPTION_INPUT, "last_linear"
-    else:
-        # The TF-trained lite0 weights go with TF's BatchNorm epsilon (timm's default is 1e-5).
-        kwargs = {"bn_eps": lite0.BN_EPS} if tf_lite0 else {}
-        model = timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
-        convention, classifier = _timm_convention(model), model.pretrained_cfg.get("classifier")
-    if tf_lite0:
-        state, convention = lite0.timm_lite0_state_dict(state, model), TF_LITE_INPUT
-    if state is not None:
-        _load_headless(model, state, name, source, classifier)
-    return model, convention, source
-
-
-def _pretrained_state(name: str, pretrained: bool | str) -> tuple[dict[str, Tensor] | None, str]:
-    """The state dict `pretrained` names (None for none) and its source string."""
-    if pretrained is False:
-        return None, "none"
-    if pretrained is True and name == "bninception":
-        return _downloaded_state(CHECKPOINT_URL), CHECKPOINT_URL
-    if pretrained is True:
-        return _read_state(lite0.lite0_weights_path()), lite0.PACKAGE
-    return _read_state(Path(pretrained)), str(pretrained)
-
-
-def _timm_convention(model: nn.Module) -> InputConvention:
-    cfg = model.pretrained_cfg
-    mean, std = cfg.get("mean", IMAGENET_DEFAULT_MEAN), cfg.get("std", IMAGENET_DEFAULT_STD)
-    return InputConvention(False, tuple(mean), tuple(std))
-
-
-def _timm_hub_backbone(name: str) -> nn.Module:
-    try:
-        return timm.create_model(name, pretrained=True, num_classes=0)
-    except OSError as err:  # no network: huggingface_hub / urllib raise OSError subclasses
-        raise RuntimeError(
-            f"could not download pretrained weights for {name!r} from the timm hub ({err}); "
-            "offline, pass pretrained=<path to a state-dict .pth> or pretrained=False"
-        ) from err
-
-
-def _downloaded_state(url: str) -> dict[str, Tensor]:
-    try:
-        return torch.hub.load_state_dict_from_url(url, map_location="cpu", weights_only=True)
-    except OSError as err:
-        raise RuntimeError(
-            f"could not download {url} ({err}); offline, download it elsewhere and pass "
-            "pretrained=<path to bn_inception-52deb4733.pth>, or pass pretrained=False"
-        ) from err
-
-
-def _read_state(path: Path) -> dict[str, Tensor]:
-    """State dict in `path` (unwrapping a {'state_dict': ...} checkpoint), on the CPU."""
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"pretrained weights file {str(path)!r} not found; pass an existing .pth state dict, "
-            "pretrained=True for the built-in source, or pretrained=False"
-        )
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError) as err:
-        raise ValueError(f"{path} is not a PyTorch state-dict file: {err}") from err
-    if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
-        state = state["state_dict"]
-    return dict(state)
-
-
-def _load_headless(
-    model: nn.Module,
-    state: dict[str, Tensor],
-    name: str,
-    source: str,
-    classifier: str | tuple[str, ...] | None,
-) -> None:
-    """Load `state` with strict=True after dropping the classifier the headless model lacks."""
-    names = (classifier,) if isinstance(classifier, str) else tuple(classifier or ())
-    prefixes = tuple(f"{c}." for c in names)
-    state = {k: v for k, v in state.items() if not (prefixes and k.startswith(prefixes))}
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as err:
-        raise ValueError(f"weights from {source} do not fit backbone {name!r}: {err}") from err
+def _check_dim(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
