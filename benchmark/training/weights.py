@@ -13,6 +13,7 @@ import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import timm
 import torch
@@ -53,14 +54,15 @@ def pretrained_backbone(
         return model, _timm_convention(model), "timm-hub"
     state, source = _pretrained_state(name, pretrained)
     tf_lite0 = name in LITE0 and state is not None and lite0.is_efficientnet_pytorch_state(state)
+    classifier: str | tuple[str, ...] | None
     if name == "bninception":
         model, convention, classifier = BNInception(num_classes=0), BNINCEPTION_INPUT, "last_linear"
     else:
         # The TF-trained lite0 weights go with TF's BatchNorm epsilon (timm's default is 1e-5).
-        kwargs = {"bn_eps": lite0.BN_EPS} if tf_lite0 else {}
+        kwargs: dict[str, Any] = {"bn_eps": lite0.BN_EPS} if tf_lite0 else {}
         model = timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
-        convention, classifier = _timm_convention(model), model.pretrained_cfg.get("classifier")
-    if tf_lite0:
+        convention, classifier = _timm_convention(model), _pretrained_cfg(model).get("classifier")
+    if tf_lite0 and state is not None:
         state, convention = lite0.timm_lite0_state_dict(state, model), TF_LITE_INPUT
     if state is not None:
         _load_headless(model, state, name, source, classifier)
@@ -78,8 +80,13 @@ def _pretrained_state(name: str, pretrained: bool | str) -> tuple[dict[str, Tens
     return _read_state(Path(pretrained)), str(pretrained)
 
 
+def _pretrained_cfg(model: nn.Module) -> dict[str, Any]:
+    """timm's `pretrained_cfg` of `model` (mean, std, classifier name, ...)."""
+    return cast(dict[str, Any], model.pretrained_cfg)
+
+
 def _timm_convention(model: nn.Module) -> InputConvention:
-    cfg = model.pretrained_cfg
+    cfg = _pretrained_cfg(model)
     mean, std = cfg.get("mean", IMAGENET_DEFAULT_MEAN), cfg.get("std", IMAGENET_DEFAULT_STD)
     return InputConvention(False, tuple(mean), tuple(std))
 
