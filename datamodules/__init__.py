@@ -3,6 +3,7 @@
 from datamodules.base import ImageFileDataset, RetrievalDataModule, Split, Splits
 from datamodules.cars196 import Cars196DataModule
 from datamodules.cub200 import CUB200DataModule
+from datamodules.features import CachedFeatureDataModule
 from datamodules.market1501 import Market1501DataModule
 from datamodules.msmt17 import MSMT17DataModule
 from datamodules.sop import SOPDataModule
@@ -11,6 +12,7 @@ from datamodules.transforms import fine_grained_transform, reid_transform
 
 __all__ = [
     "CUB200DataModule",
+    "CachedFeatureDataModule",
     "Cars196DataModule",
     "ImageFileDataset",
     "MSMT17DataModule",

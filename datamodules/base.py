@@ -133,6 +133,10 @@ class ImageFileDataset(Dataset):
     def __len__(self) -> int:
         return len(self.split)
 
+    def __repr__(self) -> str:
+        """What turns a file into pixels (the feature cache keys its entries with it)."""
+        return f"ImageFileDataset(transform={self.transform!r})"
+
     def __getitem__(self, i: int) -> tuple[Tensor, int, int]:
         path = Path(str(self.split.items[i]))
         try:
@@ -181,6 +185,12 @@ class RetrievalDataModule(pl.LightningDataModule):
     dataset_name: ClassVar[str]
     protocol: ClassVar[Protocol]
     default_recall_ks: ClassVar[tuple[int, ...]]
+    # What the model trains on: images through a backbone it fine-tunes ("end-to-end"), or
+    # cached features of a frozen one ("frozen", `datamodules.CachedFeatureDataModule`).
+    track: ClassVar[str] = "end-to-end"
+    # Constructor arguments that are objects, not settings (a wrapped DataModule, a network):
+    # kept out of `hparams`, which every checkpoint pickles.
+    unsaved_arguments: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -196,7 +206,7 @@ class RetrievalDataModule(pl.LightningDataModule):
         sampler_mode: SamplerMode = "independent",
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=list(self.unsaved_arguments))
         self.root = Path(root) if root is not None else None
         self.p, self.k, self.image_size = p, k, image_size
         self.num_workers, self.eval_batch_size = num_workers, eval_batch_size
@@ -295,11 +305,13 @@ class RetrievalDataModule(pl.LightningDataModule):
         return self._eval_loaders("test")
 
     def _dataset(self, name: str) -> Dataset:
-        self.setup()
+        self.setup("fit")
         return self._datasets[name]
 
     def _eval_loaders(self, prefix: str) -> list[DataLoader]:
-        self.setup()
+        self.setup(
+            "validate" if prefix == "val" else "test"
+        )  # a stage: see CachedFeatureDataModule
         names = [f"{prefix}_query", f"{prefix}_gallery"]
         return [
             DataLoader(

@@ -45,6 +45,13 @@ class SyntheticDataset(Dataset):
     def __len__(self) -> int:
         return len(self.split)
 
+    def __repr__(self) -> str:
+        """What turns an item into pixels (the feature cache keys its entries with it)."""
+        return (
+            f"SyntheticDataset(images_per_class={self.images_per_class}, "
+            f"image_size={self.size}, render_seed={self.render_seed})"
+        )
+
     def __getitem__(self, i: int) -> tuple[Tensor, int, int]:
         g, cam = int(self.split.items[i]), self.split.cameras[i]
         look = class_look(self.render_seed, g // self.images_per_class)

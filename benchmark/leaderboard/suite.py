@@ -16,6 +16,7 @@ groups:
     requires: ../shared/data/cub200 # optional: cells are skipped, with a reason, when absent
     paper_dataset: cub200           # optional: compare with this dataset's paper numbers
     floor: experiments/synthetic/circle.yaml  # optional: this config untrained is the floor
+    seeds: [0, 1, 2]                # optional: replace the suite's seeds for this group
 ```
 
 A cell is one `fit` run, named `<group>/<config stem>/seed<seed>`; its results row carries
@@ -27,6 +28,7 @@ is compared with, seed by seed.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -36,6 +38,7 @@ import yaml
 SUITES_DIR = Path("experiments/suites")
 _SUITE_KEYS = {"description", "seeds", "overrides", "output", "threads", "groups"}
 _GROUP_KEYS = {"configs", "overrides", "config_overrides", "requires", "paper_dataset", "floor"}
+_GROUP_KEYS |= {"seeds"}
 FLOOR = "floor"  # the config stem of a group's floor cells
 
 
@@ -50,6 +53,7 @@ class Group:
     requires: Path | None
     paper_dataset: str | None
     floor: Path | None = None
+    seeds: tuple[int, ...] | None = None  # None: the suite's
 
     def overrides_for(self, config: Path) -> tuple[str, ...]:
         """The group's overrides, then those of this config."""
@@ -98,13 +102,14 @@ class Suite:
         """Every cell, group by group (its floor first), config by config, seed by seed."""
         cells = []
         for group in self.groups:
+            seeds = group.seeds if group.seeds is not None else self.seeds
             if group.floor is not None:
                 overrides = (*self.overrides, *group.overrides_for(group.floor))
-                cells += [Cell(group, group.floor, s, overrides, "test") for s in self.seeds]
+                cells += [Cell(group, group.floor, s, overrides, "test") for s in seeds]
             cells += [
                 Cell(group, config, seed, (*self.overrides, *group.overrides_for(config)))
                 for config in group.configs
-                for seed in self.seeds
+                for seed in seeds
             ]
         return cells
 
@@ -127,13 +132,13 @@ def load_suite(name: str, root: Path = Path("."), seeds: list[int] | None = None
     if not spec.get("groups"):
         raise ValueError(f"{path}: no `groups:`; a suite needs at least one group of configs")
     groups = tuple(_group(gname, gspec, root, path) for gname, gspec in spec["groups"].items())
-    chosen = seeds if seeds is not None else spec.get("seeds", [0])
-    if not chosen or not all(isinstance(s, int) for s in chosen):
-        raise ValueError(f"{path}: seeds must be a non-empty list of integers, got {chosen!r}")
+    chosen = _seeds(seeds if seeds is not None else spec.get("seeds", [0]), f"{path}: seeds")
+    if seeds is not None:  # --seeds replaces every group's seeds too
+        groups = tuple(dataclasses.replace(g, seeds=None) for g in groups)
     suite = Suite(
         name=name,
         description=str(spec.get("description", "")).strip(),
-        seeds=tuple(chosen),
+        seeds=chosen,
         overrides=_strings(spec.get("overrides", []), f"{path}: overrides"),
         output=Path(spec.get("output", f"suites/{name}")),
         threads=spec.get("threads"),
@@ -186,7 +191,14 @@ def _group(name: str, spec: dict, root: Path, path: Path) -> Group:
         requires=Path(requires) if requires else None,
         paper_dataset=spec.get("paper_dataset"),
         floor=Path(floor) if floor is not None else None,
+        seeds=_seeds(spec["seeds"], f"{where}: seeds") if "seeds" in spec else None,
     )
+
+
+def _seeds(value: object, where: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(s, int) for s in value):
+        raise ValueError(f"{where} must be a non-empty list of integers, got {value!r}")
+    return tuple(value)
 
 
 def _check_keys(spec: dict, allowed: set[str], where: str) -> None:

@@ -1,45 +1,28 @@
-"""Image embedders: a backbone (BN-Inception or any timm CNN), global pooling, a linear head.
+"""Embedders: a backbone (BN-Inception or any timm CNN), global pooling, a linear head.
 
 `Embedder(images [B, 3, H, W] float in [0, 1], RGB) -> embeddings [B, D]`, not L2-normalised:
 the similarity sources and the evaluator normalise.
 The embedder owns the input normalisation each set of weights was trained with, so every
 DataModule hands over the same [0, 1] RGB images.
+
+The frozen-backbone track splits it in two: `BackboneFeatures` (the frozen pretrained backbone
+and pooling, run once per image by the feature cache) and `FeatureHead` (the trained head on
+the cached features [B, C]).
 """
 
 from __future__ import annotations
 
-import pickle
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, Literal, cast, get_args
 
-import timm
 import torch
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from torch import Tensor, nn
 
-from benchmark.training import lite0
-from benchmark.training.bninception import CHECKPOINT_URL, BNInception
+from benchmark.training.weights import pretrained_backbone
 
 Pooling = Literal["avg", "max", "avgmax", "gem"]
-LITE0 = ("efficientnet_lite0", "tf_efficientnet_lite0")  # same tensors; the package fits both
 _BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
-
-
-@dataclass(frozen=True)
-class InputConvention:
-    """What input a backbone's weights expect: channel order and mean/std in [0, 1] units."""
-
-    bgr: bool
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-
-
-# Caffe's convention: BGR, 0-255, minus (104, 117, 128), i.e. (x - mean / 255) / (1 / 255).
-BNINCEPTION_INPUT = InputConvention(True, (104 / 255, 117 / 255, 128 / 255), (1 / 255,) * 3)
-TF_LITE_INPUT = InputConvention(False, lite0.MEAN, lite0.STD)
 
 
 class GlobalPool(nn.Module):
@@ -65,7 +48,7 @@ class GlobalPool(nn.Module):
         if self.kind == "avgmax":
             return x.mean(dim=(2, 3)) + x.amax(dim=(2, 3))
         # fp32 because x^p overflows fp16/bf16 quickly; clamp because x^p needs x > 0.
-        p = cast(nn.Parameter, self.p).float()  # built for kind == "gem"
+        p = cast(nn.Parameter, self.p).float()
         return x.float().clamp_min(self.eps).pow(p).mean(dim=(2, 3)).pow(1 / p).to(x.dtype)
 
     def extra_repr(self) -> str:
@@ -73,31 +56,26 @@ class GlobalPool(nn.Module):
 
 
 class EmbedderBase(nn.Module, ABC):
-    """What `MetricLearningModule` and the results row need of an embedder.
+    """What `MetricLearningModule` needs of an embedder: `forward(inputs) -> embeddings [B, D]`
+    (not normalised), `embedding_dim`, and its parameters split into the backbone's and the
+    head's (each group has its own learning rate)."""
 
-    `forward(inputs) -> embeddings [B, D]` (not normalised); the parameters split into the
-    backbone's and the head's (each has its own learning rate); what the results row records.
-    """
-
-    backbone_name: str
     embedding_dim: int
-
-    @property
-    @abstractmethod
-    def pretrained_source(self) -> str:
-        """Where the backbone weights came from: "none", a package name, a path or a URL."""
 
     @abstractmethod
     def backbone_parameters(self) -> Iterator[nn.Parameter]:
-        """Trainable parameters of the backbone (for its own learning rate)."""
+        """Trainable parameters of the backbone (none when it is frozen or absent)."""
 
     @abstractmethod
     def head_parameters(self) -> Iterator[nn.Parameter]:
         """Trainable parameters after the backbone."""
 
 
-class Embedder(EmbedderBase):
-    """Backbone -> global pooling -> linear projection to `embedding_dim` (-> BNNeck).
+class PooledBackbone(nn.Module):
+    """Pretrained backbone with its input normalisation and global pooling: images -> [B, C].
+
+    The shared front of `Embedder` (which trains it, with a head) and `BackboneFeatures` (which
+    freezes it to compute cached features), so both load weights and normalise input alike.
 
     Args:
         backbone: `bninception` (ours, Cadene-compatible weights) or any timm model name.
@@ -105,6 +83,62 @@ class Embedder(EmbedderBase):
             offline; bninception: Cadene's URL; other timm models: the timm hub; both online);
             or the path of a state-dict file (classifier tensors in it are ignored).
         pooling: `avg`, `max`, `avgmax` (avg + max) or `gem` (learnable p).
+    """
+
+    input_mean: Tensor  # [1, 3, 1, 1] buffers, in [0, 1] units
+    input_std: Tensor
+
+    def __init__(
+        self,
+        backbone: str = "efficientnet_lite0",
+        pretrained: bool | str = False,
+        pooling: Pooling = "avg",
+    ) -> None:
+        super().__init__()
+        pool = GlobalPool(pooling)  # checks `pooling` before the (slow) backbone is built
+        self.backbone_name = backbone
+        self.backbone, convention, self._source = pretrained_backbone(backbone, pretrained)
+        self.input_bgr = convention.bgr
+        mean, std = torch.tensor(convention.mean), torch.tensor(convention.std)
+        self.register_buffer("input_mean", mean.view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("input_std", std.view(1, 3, 1, 1), persistent=False)
+        self.pool = pool
+
+    @property
+    def pretrained_source(self) -> str:
+        """Where the backbone weights came from: "none", the package name, a path, "timm-hub"."""
+        return self._source
+
+    @property
+    def num_features(self) -> int:
+        """Channels C of the pooled feature."""
+        return int(cast(int, self.backbone.num_features))
+
+    def normalize_input(self, images: Tensor) -> Tensor:
+        """[0, 1] RGB images [B, 3, H, W] -> what the backbone's weights expect."""
+        if images.ndim != 4 or images.shape[1] != 3:
+            raise ValueError(f"expected images [B, 3, H, W], got shape {tuple(images.shape)}")
+        if self.input_bgr:
+            images = images.flip(1)
+        return (images - self.input_mean) / self.input_std
+
+    def pooled_features(self, images: Tensor) -> Tensor:
+        """Pooled backbone features [B, C] of [0, 1] RGB images [B, 3, H, W]."""
+        backbone = cast(Any, self.backbone)  # timm models and BNInception: forward_features
+        features = backbone.forward_features(self.normalize_input(images))  # [B, C, h, w]
+        if features.ndim != 4:
+            raise ValueError(
+                f"backbone {self.backbone_name!r} returns features of shape "
+                f"{tuple(features.shape)}, not a [B, C, h, w] map; use a convolutional backbone"
+            )
+        return self.pool(features)  # [B, C]
+
+
+class Embedder(PooledBackbone, EmbedderBase):
+    """Backbone -> global pooling -> linear projection to `embedding_dim` (-> BNNeck).
+
+    Args:
+        backbone, pretrained, pooling: as in `PooledBackbone`.
         bnneck: BatchNorm1d after the projection with its bias frozen at 0 (Luo et al., "Bag of
             Tricks", CVPRW 2019). Its output is what both the loss and evaluation see: every loss
             here compares cosine similarities, and Luo et al. retrieve with that feature.
@@ -121,25 +155,10 @@ class Embedder(EmbedderBase):
         bnneck: bool = False,
         freeze_bn: bool = False,
     ) -> None:
-        super().__init__()
-        if (
-            isinstance(embedding_dim, bool)
-            or not isinstance(embedding_dim, int)
-            or embedding_dim < 1
-        ):
-            raise ValueError(f"embedding_dim must be a positive int, got {embedding_dim!r}")
-        pool = GlobalPool(pooling)  # checks `pooling` before the (slow) backbone is built
-        self.backbone_name, self.embedding_dim, self.freeze_bn = backbone, embedding_dim, freeze_bn
-        self.backbone: nn.Module
-        self.backbone, convention, self._source = _pretrained_backbone(backbone, pretrained)
-        self.input_bgr = convention.bgr
-        self.input_mean: Tensor
-        self.input_std: Tensor
-        mean, std = torch.tensor(convention.mean), torch.tensor(convention.std)
-        self.register_buffer("input_mean", mean.view(1, 3, 1, 1), persistent=False)
-        self.register_buffer("input_std", std.view(1, 3, 1, 1), persistent=False)
-        self.pool = pool
-        self.projection = nn.Linear(_num_features(self.backbone), embedding_dim)
+        _check_dim("embedding_dim", embedding_dim)  # before the (slow) backbone is built
+        super().__init__(backbone, pretrained, pooling)
+        self.embedding_dim, self.freeze_bn = embedding_dim, freeze_bn
+        self.projection = nn.Linear(self.num_features, embedding_dim)
         self.neck: nn.Module = nn.BatchNorm1d(embedding_dim) if bnneck else nn.Identity()
         if bnneck:
             self.neck.bias.requires_grad_(False)  # zero shift keeps features centred for cosine
@@ -149,11 +168,6 @@ class Embedder(EmbedderBase):
                     module.requires_grad_(False)
             self.train(self.training)
 
-    @property
-    def pretrained_source(self) -> str:
-        """Where the backbone weights came from: "none", the package name, a path, "timm-hub"."""
-        return self._source
-
     def train(self, mode: bool = True) -> Embedder:
         super().train(mode)
         if self.freeze_bn:  # BN statistics stay those of the pretrained weights
@@ -162,24 +176,9 @@ class Embedder(EmbedderBase):
                     module.eval()
         return self
 
-    def normalize_input(self, images: Tensor) -> Tensor:
-        """[0, 1] RGB images [B, 3, H, W] -> what the backbone's weights expect."""
-        if images.ndim != 4 or images.shape[1] != 3:
-            raise ValueError(f"expected images [B, 3, H, W], got shape {tuple(images.shape)}")
-        if self.input_bgr:
-            images = images.flip(1)
-        return (images - self.input_mean) / self.input_std
-
     def forward(self, images: Tensor) -> Tensor:
         """Embeddings [B, D] of [0, 1] RGB images [B, 3, H, W]; not L2-normalised."""
-        forward_features = cast(Callable[[Tensor], Tensor], self.backbone.forward_features)
-        features = forward_features(self.normalize_input(images))  # [B, C, h, w]
-        if features.ndim != 4:
-            raise ValueError(
-                f"backbone {self.backbone_name!r} returns features of shape "
-                f"{tuple(features.shape)}, not a [B, C, h, w] map; use a convolutional backbone"
-            )
-        return self.neck(self.projection(self.pool(features)))  # [B, C, h, w] -> [B, D]
+        return self.neck(self.projection(self.pooled_features(images)))  # [B, D]
 
     def backbone_parameters(self) -> Iterator[nn.Parameter]:
         """Trainable parameters of the backbone (for its own learning rate)."""
@@ -197,111 +196,118 @@ class Embedder(EmbedderBase):
         )
 
 
-def _pretrained_backbone(
-    name: str, pretrained: bool | str
-) -> tuple[nn.Module, InputConvention, str]:
-    """Headless backbone with `forward_features` and `num_features`, its input, its source."""
-    if name != "bninception" and not timm.is_model(name):
-        raise ValueError(
-            f"unknown backbone {name!r}: use 'bninception' or a timm model name "
-            f"(see timm.list_models(), e.g. 'resnet50', 'efficientnet_lite0')"
+class BackboneFeatures(PooledBackbone):
+    """A frozen pretrained backbone: [0, 1] RGB images [B, 3, H, W] -> pooled features [B, C].
+
+    The feature extractor of the frozen-backbone track (`datamodules.CachedFeatureDataModule`
+    computes it once per image and view and caches the result). It stays in eval mode (the
+    pretrained BatchNorm statistics, no dropout) across `.train()` calls, and computes no
+    gradients; its parameters are frozen.
+
+    Args:
+        backbone, pretrained, pooling: as in `PooledBackbone`; pretrained by default, since
+            frozen random features measure nothing.
+    """
+
+    def __init__(
+        self,
+        backbone: str = "efficientnet_lite0",
+        pretrained: bool | str = True,
+        pooling: Pooling = "avg",
+    ) -> None:
+        super().__init__(backbone, pretrained, pooling)
+        self.requires_grad_(False)
+        self.eval()
+
+    def train(self, mode: bool = True) -> BackboneFeatures:
+        return super().train(False)  # frozen: always the pretrained BatchNorm statistics
+
+    @torch.no_grad()
+    def forward(self, images: Tensor) -> Tensor:
+        """Pooled features [B, C] of [0, 1] RGB images [B, 3, H, W]."""
+        return self.pooled_features(images)
+
+    def extra_repr(self) -> str:
+        return (
+            f"backbone={self.backbone_name!r}, pretrained={self._source!r}, "
+            f"pooling={self.pool.kind!r}"
         )
-    if pretrained is True and name not in (*LITE0, "bninception"):
-        model = _timm_hub_backbone(name)
-        return model, _timm_convention(model), "timm-hub"
-    state, source = _pretrained_state(name, pretrained)
-    tf_lite0 = name in LITE0 and state is not None and lite0.is_efficientnet_pytorch_state(state)
-    classifier: str | None
-    if name == "bninception":
-        model, convention, classifier = BNInception(num_classes=0), BNINCEPTION_INPUT, "last_linear"
-    else:
-        # The TF-trained lite0 weights go with TF's BatchNorm epsilon (timm's default is 1e-5).
-        kwargs: dict[str, Any] = {"bn_eps": lite0.BN_EPS} if tf_lite0 else {}
-        model = timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
-        convention = _timm_convention(model)
-        classifier = cast(str | None, _pretrained_cfg(model).get("classifier"))
-    if tf_lite0 and state is not None:
-        state, convention = lite0.timm_lite0_state_dict(state, model), TF_LITE_INPUT
-    if state is not None:
-        _load_headless(model, state, name, source, classifier)
-    return model, convention, source
 
 
-def _pretrained_state(name: str, pretrained: bool | str) -> tuple[dict[str, Tensor] | None, str]:
-    """The state dict `pretrained` names (None for none) and its source string."""
-    if pretrained is False:
-        return None, "none"
-    if pretrained is True and name == "bninception":
-        return _downloaded_state(CHECKPOINT_URL), CHECKPOINT_URL
-    if pretrained is True:
-        return _read_state(lite0.lite0_weights_path()), lite0.PACKAGE
-    return _read_state(Path(pretrained)), str(pretrained)
+HeadKind = Literal["identity", "linear", "residual"]
 
 
-def _num_features(backbone: nn.Module) -> int:
-    """Channels of the backbone's feature map (timm's and BN-Inception's `num_features`)."""
-    return int(cast(int, backbone.num_features))
+class FeatureHead(EmbedderBase):
+    """An embedder without a backbone: cached features [B, C] -> embeddings [B, D].
 
+    The trained part of the frozen-backbone track. `kind`:
+    - `residual`: x + W x with W [C, C] initialised to 0, so the untrained head returns the
+      pretrained feature itself and training starts from the zero-shot floor (D = C). On frozen
+      Lite0 features of CUB a linear 1280 -> 128 head trained with Circle loss fell to R@1 45 %
+      from the feature's own 62.9 %; this head rose above it.
+    - `linear`: W x + b, a C -> D projection (PyTorch's default initialisation).
+    - `identity`: no parameters: evaluating the pooled feature itself (the zero-shot floor).
 
-def _pretrained_cfg(model: nn.Module) -> dict[str, Any]:
-    """timm's description of a model's weights (input mean/std, classifier name)."""
-    return dict(getattr(model, "pretrained_cfg", None) or {})
+    Args:
+        in_features: C, the extractor's feature size (1280 for efficientnet_lite0).
+        embedding_dim: D; None for C. `identity` and `residual` keep C.
+        kind: `residual`, `linear` or `identity`.
+    """
 
+    def __init__(
+        self, in_features: int = 1280, embedding_dim: int | None = None, kind: HeadKind = "residual"
+    ) -> None:
+        super().__init__()
+        if kind not in get_args(HeadKind):
+            raise ValueError(
+                f"unknown head kind {kind!r}; choose one of {list(get_args(HeadKind))}"
+            )
+        _check_dim("in_features", in_features)
+        dim = in_features if embedding_dim is None else embedding_dim
+        _check_dim("embedding_dim", dim)
+        if kind != "linear" and dim != in_features:
+            raise ValueError(
+                f"a {kind} head keeps the feature size: embedding_dim must be None or "
+                f"in_features={in_features}, got {embedding_dim}; use kind='linear' to project"
+            )
+        self.in_features, self.embedding_dim, self.kind = in_features, dim, kind
+        self.linear: nn.Linear | None = None
+        if kind == "linear":
+            self.linear = nn.Linear(in_features, dim)
+        elif kind == "residual":
+            self.linear = nn.Linear(in_features, in_features, bias=False)
+            nn.init.zeros_(self.linear.weight)  # identity at the start: the zero-shot feature
 
-def _timm_convention(model: nn.Module) -> InputConvention:
-    cfg = _pretrained_cfg(model)
-    mean, std = cfg.get("mean", IMAGENET_DEFAULT_MEAN), cfg.get("std", IMAGENET_DEFAULT_STD)
-    return InputConvention(False, tuple(mean), tuple(std))
+    def forward(self, features: Tensor) -> Tensor:
+        """Embeddings [B, D] of features [B, C]; not L2-normalised."""
+        if features.ndim != 2 or features.shape[1] != self.in_features:
+            raise ValueError(
+                f"FeatureHead(in_features={self.in_features}) expects features "
+                f"[B, {self.in_features}], got shape {tuple(features.shape)}; it takes the "
+                "cached features of datamodules.CachedFeatureDataModule (images need Embedder), "
+                "and in_features must be the extractor's feature size"
+            )
+        if self.linear is None:
+            return features
+        if self.kind == "residual":
+            return features + self.linear(features)  # [B, C]
+        return self.linear(features)  # [B, D]
 
+    def backbone_parameters(self) -> Iterator[nn.Parameter]:
+        """None: the backbone ran once, when the features were cached."""
+        return iter(())
 
-def _timm_hub_backbone(name: str) -> nn.Module:
-    try:
-        return timm.create_model(name, pretrained=True, num_classes=0)
-    except OSError as err:  # no network: huggingface_hub / urllib raise OSError subclasses
-        raise RuntimeError(
-            f"could not download pretrained weights for {name!r} from the timm hub ({err}); "
-            "offline, pass pretrained=<path to a state-dict .pth> or pretrained=False"
-        ) from err
+    def head_parameters(self) -> Iterator[nn.Parameter]:
+        """W (and b for `linear`); nothing for `identity`."""
+        return (p for p in self.parameters() if p.requires_grad)
 
-
-def _downloaded_state(url: str) -> dict[str, Tensor]:
-    try:
-        return torch.hub.load_state_dict_from_url(url, map_location="cpu", weights_only=True)
-    except OSError as err:
-        raise RuntimeError(
-            f"could not download {url} ({err}); offline, download it elsewhere and pass "
-            "pretrained=<path to bn_inception-52deb4733.pth>, or pass pretrained=False"
-        ) from err
-
-
-def _read_state(path: Path) -> dict[str, Tensor]:
-    """State dict in `path` (unwrapping a {'state_dict': ...} checkpoint), on the CPU."""
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"pretrained weights file {str(path)!r} not found; pass an existing .pth state dict, "
-            "pretrained=True for the built-in source, or pretrained=False"
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, embedding_dim={self.embedding_dim}, "
+            f"kind={self.kind!r}"
         )
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError) as err:
-        raise ValueError(f"{path} is not a PyTorch state-dict file: {err}") from err
-    if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
-        state = state["state_dict"]
-    return dict(state)
 
 
-def _load_headless(
-    model: nn.Module,
-    state: dict[str, Tensor],
-    name: str,
-    source: str,
-    classifier: str | tuple[str, ...] | None,
-) -> None:
-    """Load `state` with strict=True after dropping the classifier the headless model lacks."""
-    names = (classifier,) if isinstance(classifier, str) else tuple(classifier or ())
-    prefixes = tuple(f"{c}." for c in names)
-    state = {k: v for k, v in state.items() if not (prefixes and k.startswith(prefixes))}
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as err:
-        raise ValueError(f"weights from {source} do not fit backbone {name!r}: {err}") from err
+def _check_dim(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")

@@ -18,7 +18,7 @@ import math
 import subprocess
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pandas as pd
@@ -28,6 +28,8 @@ from benchmark.evaluation.hardest_pairs import HardestPairs
 from benchmark.evaluation.metrics import metric_columns
 from benchmark.training.atomic import replaced, write_text
 from benchmark.training.checkpoints import CheckpointInfo
+from benchmark.training.embedders import PooledBackbone
+from datamodules.features import CachedFeatureDataModule
 from datamodules.msmt17 import MSMT17DataModule
 
 if TYPE_CHECKING:
@@ -48,6 +50,7 @@ class ResultRow:
 
     cell_id: str
     dataset: str
+    track: str  # "end-to-end" (the backbone trained) or "frozen" (cached backbone features)
     protocol: str
     labels: str
     loss: str
@@ -120,19 +123,25 @@ def result_row(
     """
     if model.test_result is None:
         raise ValueError("result_row: the model has not been tested (no test_result)")
-    report, embedder = model.test_result.report, model.embedder
+    report = model.test_result.report
+    # The backbone that made the embeddings: the embedder's, or the frozen track's extractor.
+    front = (
+        datamodule.extractor if isinstance(datamodule, CachedFeatureDataModule) else model.embedder
+    )
+    backbone = cast(PooledBackbone, front)
     size = datamodule.image_size
     height, width = size if isinstance(size, (tuple, list)) else (size, size)
     return ResultRow(
         cell_id=cell_id,
         dataset=datamodule.dataset_name,
+        track=datamodule.track,
         protocol=model.protocol,
         labels=model.loss.paradigm if trained else "",
         loss=type(model.loss).__name__ if trained else FLOOR_LOSS,
         loss_params=loss_params if trained else "",
-        backbone=embedder.backbone_name,
-        pretrained=embedder.pretrained_source,
-        embedding_dim=embedder.embedding_dim,
+        backbone=backbone.backbone_name,
+        pretrained=backbone.pretrained_source,
+        embedding_dim=model.embedder.embedding_dim,
         image_size=f"{height}x{width}",
         p=datamodule.p,
         k=datamodule.k,

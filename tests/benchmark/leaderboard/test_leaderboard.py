@@ -28,7 +28,8 @@ from benchmark.leaderboard.suite import load_suite, suite_names
 from benchmark.training.results import FLOOR_LOSS, read_results
 
 REPO = Path(__file__).resolve().parents[3]
-SETTINGS = {"dataset": "synthetic", "protocol": "same_set", "labels": "pair-wise"}
+SETTINGS = {"dataset": "synthetic", "track": "end-to-end", "protocol": "same_set"}
+SETTINGS |= {"labels": "pair-wise"}
 SETTINGS |= {"backbone": "efficientnet_lite0", "pretrained": "none", "embedding_dim": "64"}
 SETTINGS |= {"image_size": "32x32", "p": "4", "k": "4", "epochs": "2", "include_val": ""}
 
@@ -261,6 +262,14 @@ def test_a_group_floor_adds_one_test_cell_per_seed(project: Path) -> None:
         ("syn/floor/seed0", "test"), ("syn/floor/seed1", "test"),
     ]  # fmt: skip
     assert [c.command for c in cells[2:]] == ["fit"] * 4
+    (project / "experiments/suites/g.yaml").write_text(
+        "seeds: [0]\ngroups:\n  a: {configs: experiments/syn/circle.yaml, seeds: [3, 4]}\n"
+        "  b: {configs: experiments/syn/circle.yaml}\n"
+    )
+    assert [c.cell_id for c in load_suite("g", project).cells()] == [
+        "a/circle/seed3", "a/circle/seed4", "b/circle/seed0",
+    ]  # fmt: skip
+    assert {c.seed for c in load_suite("g", project, seeds=[9]).cells()} == {9}
     args = runner.cell_args(cells[0], project / "rows.csv", project / "runs")
     assert args[:3] == ["test", "--config", "experiments/syn/circle.yaml"]
     (project / "experiments/suites/f.yaml").write_text(

@@ -71,9 +71,9 @@ def test_class_level_configs_give_the_dataset_class_count_and_embedding_size() -
         args = args.get("source", {}).get("init_args", args) if args.get("source") else args
         if "num_classes" in args:
             dataset = path.parent.name
-            expected = CLASS_COUNTS.get(
-                dataset, config["data"]["init_args"].get("num_train_classes")
-            )
+            data = config["data"]["init_args"]
+            data = data["images"]["init_args"] if "images" in data else data  # frozen track
+            expected = CLASS_COUNTS.get(dataset, data.get("num_train_classes"))
             assert args["num_classes"] == expected, path
             assert (
                 args["embedding_dim"] == config["model"]["embedder"]["init_args"]["embedding_dim"]

@@ -29,7 +29,8 @@ from benchmark.training.results import (
 from losses import CircleLoss
 
 CONTRACT_COLUMNS = [
-    "cell_id", "dataset", "protocol", "labels", "loss", "loss_params", "backbone", "pretrained",
+    "cell_id", "dataset", "track", "protocol", "labels", "loss", "loss_params", "backbone",
+    "pretrained",
     "embedding_dim", "image_size", "p", "k", "epochs", "seed", "include_val",
     "R@1", "R@2", "R@10", "mAP", "MAP@R", "R-Precision",
     "eval_backend", "skipped_queries", "checkpoint", "global_step", "wall_time_s", "git_sha",
@@ -40,7 +41,8 @@ CONTRACT_COLUMNS = [
 def make_row(cell_id: str = "c0", **metrics: float) -> ResultRow:
     metrics = metrics or {"R@10": 90.0, "R@1": 50.0, "mAP": 40.0, "R@2": 60.0}
     return ResultRow(
-        cell_id=cell_id, dataset="synthetic", protocol="same_set", labels="pair-wise",
+        cell_id=cell_id, dataset="synthetic", track="end-to-end", protocol="same_set",
+        labels="pair-wise",
         loss="CircleLoss", loss_params='{"gamma": 80, "m": 0.4}', backbone="efficientnet_lite0",
         pretrained="none", embedding_dim=64, image_size="32x32", p=4, k=2, epochs=1, seed=0,
         include_val="", metrics={**metrics, "MAP@R": 30.0, "R-Precision": 35.0},
@@ -128,7 +130,9 @@ def test_result_row_reads_the_objects_that_ran() -> None:
         protocol="same_set", loss=CircleLoss(), embedder=embedder,
         test_result=TestResult(report, HardestPairs(np.zeros(1), np.zeros(1))),
     )  # fmt: skip
-    data = SimpleNamespace(dataset_name="cub200", image_size=(224, 200), p=16, k=5)
+    data = SimpleNamespace(
+        dataset_name="cub200", track="end-to-end", image_size=(224, 200), p=16, k=5
+    )
     provenance = {"wall_time_s": 1.0, "git_sha": "", "config_hash": "", "run_dir": "r"}
     trained = CheckpointInfo("r/checkpoints/last.ckpt", epoch=3, global_step=30)
     row = result_row(

@@ -1,0 +1,133 @@
+"""Features as datasets: seeded augmented views of images, their extraction, views per epoch.
+
+`SeededView` makes view `v` of an image reproducible; `extract_features` runs a frozen extractor
+over a dataset once; `FeatureDataset` serves the stored `[views, N, C]` features and
+`ViewBatchSampler` picks, per epoch, which view of each item a P-K batch shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from datamodules.base import Split
+from samplers import PKSampler
+
+
+class FeatureDataset(Dataset):
+    """Items `(feature [C] float32, label, camera)`; index `v * N + i` is view `v` of item `i`."""
+
+    def __init__(self, features: Tensor, split: Split) -> None:
+        if features.ndim != 3 or features.shape[1] != len(split):
+            raise ValueError(
+                f"FeatureDataset: features must be [views, {len(split)}, C], "
+                f"got {tuple(features.shape)}"
+            )
+        self.features, self.split = features, split  # [V, N, C]
+
+    @property
+    def views(self) -> int:
+        """Views stored per item (1 for evaluation sets)."""
+        return int(self.features.shape[0])
+
+    def __len__(self) -> int:
+        return self.features.shape[0] * self.features.shape[1]
+
+    def __getitem__(self, index: int) -> tuple[Tensor, int, int]:
+        view, i = divmod(index, self.features.shape[1])
+        return self.features[view, i], self.split.labels[i], self.split.cameras[i]
+
+
+class ViewBatchSampler(Sampler[list[int]]):
+    """The P-K batches of `batches` with each item `i` replaced by `v * num_items + i`.
+
+    The view `v` of every item is drawn once per epoch from `(seed, epoch)`, so it is a pure
+    function of `(seed, epoch, i)`. The epoch is the P-K sampler's own, which Lightning sets
+    through `.sampler`.
+    """
+
+    def __init__(self, batches: PKSampler, *, views: int, num_items: int, seed: int) -> None:
+        self.batches, self.views, self.num_items, self.seed = batches, views, num_items, seed
+
+    @property
+    def sampler(self) -> PKSampler:
+        """The P-K sampler: Lightning calls `set_epoch` on `dataloader.batch_sampler.sampler`."""
+        return self.batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        chosen = epoch_views(self.seed, self.batches.epoch, self.num_items, self.views)  # [N]
+        offset = (chosen * self.num_items).tolist()
+        for batch in self.batches:
+            yield [offset[i] + i for i in batch]
+
+
+def epoch_views(seed: int, epoch: int, num_items: int, views: int) -> Tensor:
+    """The view (0..views-1) of each of `num_items` items in `epoch`: [N] int64."""
+    gen = torch.Generator().manual_seed(_mixed_seed(seed, epoch, 1))
+    return torch.randint(views, (num_items,), generator=gen)
+
+
+class SeededView(Dataset):
+    """Image `i` of `dataset` with the random draws of its transform seeded from `(seed, view, i)`.
+
+    torchvision's transforms draw from torch's global generator and take none of their own, so
+    each item forks that generator, seeds it, and restores it afterwards: views are
+    reproducible in any worker and order, and the caller's random state is untouched.
+    """
+
+    def __init__(self, dataset: Dataset, *, view: int, seed: int) -> None:
+        self.dataset, self.view, self.seed = dataset, view, seed
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, i: int) -> Any:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(_mixed_seed(self.seed, self.view, i))
+            return self.dataset[i]
+
+
+def extract_features(
+    extractor: nn.Module,
+    images: Dataset,
+    *,
+    batch_size: int,
+    num_workers: int = 0,
+    device: torch.device | str = "cpu",
+) -> np.ndarray:
+    """`extractor`'s features of every image of `images`, in order: float32 [N, C]."""
+    # Its own generator: the loader's worker seed is then not drawn from torch's global one.
+    loader = DataLoader(
+        images,
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=num_workers,
+        generator=torch.Generator(),
+    )
+    extractor.eval().to(device)
+    parts = []
+    with torch.inference_mode():
+        for batch in loader:
+            pixels = batch[0].to(device)  # [b, 3, H, W]
+            features = extractor(pixels)
+            if features.ndim != 2 or len(features) != len(pixels):
+                raise ValueError(
+                    f"the extractor {type(extractor).__name__} returned shape "
+                    f"{tuple(features.shape)} for {len(pixels)} images; it must return pooled "
+                    "features [B, C] (e.g. benchmark.training.embedders.BackboneFeatures)"
+                )
+            parts.append(features.float().cpu())
+    return torch.cat(parts).numpy()
+
+
+def _mixed_seed(*values: int) -> int:
+    """A 32-bit seed hashing `values` (numpy's SeedSequence), so nearby tuples do not collide."""
+    return int(np.random.SeedSequence([v % 2**64 for v in values]).generate_state(1)[0])

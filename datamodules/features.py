@@ -1,0 +1,287 @@
+"""Frozen-backbone track: cached backbone features in place of images, for any DataModule.
+
+`CachedFeatureDataModule(images, extractor)` runs `extractor` (a frozen network mapping [0, 1]
+RGB images [B, 3, H, W] to pooled features [B, C], such as
+`benchmark.training.embedders.BackboneFeatures`) once over the images of `images` and caches
+the features on disk (`datamodules.feature_cache`); training and evaluation then read them.
+Entries are per split and view, keyed by content:
+
+- the split's items and labels (file paths with size and mtime, or the synthetic item seeds);
+- how an item becomes pixels: the image dataset's repr (its transform, or the synthetic
+  renderer's parameters), the image size, and the torch / torchvision / PIL versions;
+- for a training view: its index and the augmentation seed;
+- the extractor: its repr (backbone, weights source, pooling) and a SHA-256 of its parameters and
+  buffers.
+
+Features are computed for the dataset's whole training split (before a validation split is
+carved out), so every `seed` and `val_classes` shares them. Training view `v` of item `i` is the
+image DataModule's training transform under a generator seeded from `(aug_seed, v, i)`; each
+epoch, each sample is shown as one of the `views`, chosen from `(seed, epoch, i)`. Evaluation
+features use the evaluation transform once. P-K batches come from the image DataModule's own
+sampler settings and labels; evaluation loaders yield `(feature [C], label, camera)`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, cast
+
+import PIL
+import torch
+import torchvision
+from pytorch_lightning.utilities import rank_zero_info
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset
+
+from datamodules.base import RetrievalDataModule, Split, Splits
+from datamodules.feature_cache import FeatureCache, content_key, default_cache_dir, items_digest
+from datamodules.feature_views import (
+    FeatureDataset,
+    SeededView,
+    ViewBatchSampler,
+    extract_features,
+)
+from samplers import PKSampler
+
+CACHE_FORMAT = 1  # bump when the way features are computed changes without changing the key
+# The datasets each Lightning stage needs; `setup()` without a stage builds them all.
+STAGE_PARTS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)}
+STAGE_PARTS["predict"] = ("test",)
+
+
+@dataclass(frozen=True)
+class CacheEvent:
+    """One cache entry a DataModule used: which split and view, and whether it was computed."""
+
+    split: str
+    view: int | None
+    key: str
+    computed: bool
+    seconds: float
+
+
+class CachedFeatureDataModule(RetrievalDataModule):
+    """The images of `images` as features of a frozen `extractor`, cached on disk (frozen track).
+
+    Splits, labels, protocol, Recall@K, `num_classes`, the validation split and the P-K sampler
+    settings (p, k, seed, batches_per_epoch) are those of `images`. Training batches are
+    `(features [P·K, C], labels [P·K], cameras [P·K])` and the evaluation loaders yield
+    `(features [b, C], labels, cameras)`, in the order of the image loaders. The features are
+    computed (or read from the cache) in `setup`, for the splits the stage needs.
+
+    Args:
+        images: the image DataModule to embed; its `num_workers` and `eval_batch_size` serve the
+            extraction.
+        extractor: frozen network, [0, 1] RGB images [B, 3, H, W] -> features [B, C], e.g.
+            `benchmark.training.embedders.BackboneFeatures`; it runs in eval mode without grad.
+        views: augmented views cached per training image (the training transform of `images`
+            under a generator seeded from `(aug_seed, view, item)`); each epoch shows one per
+            sample. Data without training augmentation (the synthetic renderer) needs 1.
+        aug_seed: seed of those augmentations; separate from `images.seed` so that runs with
+            different seeds share the cache.
+        cache_dir: cache folder; default `$CIRCLEBENCH_CACHE`, else
+            `~/.cache/circlebench/features`.
+    """
+
+    track: ClassVar[str] = "frozen"
+    unsaved_arguments: ClassVar[tuple[str, ...]] = ("images", "extractor")
+
+    def __init__(
+        self,
+        images: RetrievalDataModule,
+        extractor: nn.Module,
+        views: int = 1,
+        aug_seed: int = 0,
+        cache_dir: str | Path | None = None,
+    ) -> None:
+        if isinstance(views, bool) or not isinstance(views, int) or views < 1:
+            raise ValueError(f"CachedFeatureDataModule: views must be an int >= 1, got {views!r}")
+        # Sampler and evaluation settings are the image DataModule's, so the config gives them
+        # once; features are in memory, so no loader workers.
+        super().__init__(
+            images.root,
+            p=images.p,
+            k=images.k,
+            image_size=images.image_size,
+            num_workers=0,
+            eval_batch_size=images.eval_batch_size,
+            val_classes=images.val_classes,
+            seed=images.seed,
+            batches_per_epoch=images.batches_per_epoch,
+        )
+        self.images, self.extractor, self.views, self.aug_seed = images, extractor, views, aug_seed
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
+        self.dataset_name = images.dataset_name  # type: ignore[misc]
+        self.protocol = images.protocol  # type: ignore[misc]
+        self.default_recall_ks = images.default_recall_ks  # type: ignore[misc]
+        self.cache_events: list[CacheEvent] = []
+        self._extractor_key: dict[str, str] | None = None
+        self._built: set[str] = set()
+        self._loaded: dict[str, Tensor] = {}  # key -> features [N, C] read by this DataModule
+
+    @property
+    def cache(self) -> FeatureCache:
+        """The cache in `cache_dir`, else `$CIRCLEBENCH_CACHE`, else the default folder."""
+        return FeatureCache(self.cache_dir if self.cache_dir is not None else default_cache_dir())
+
+    def verify(self) -> None:
+        self.images.verify()
+
+    def load_splits(self) -> Splits:
+        return self.images.load_splits()
+
+    def splits(self) -> tuple[Split, Splits | None, Splits]:
+        return self.images.splits()
+
+    def setup(self, stage: str | None = None) -> None:
+        for part in STAGE_PARTS.get(stage, ()) if stage else ("train", "val", "test"):
+            if part not in self._built:
+                self._build(part)
+                self._built.add(part)
+
+    def train_dataloader(self) -> DataLoader:
+        """P-K batches `(features [P·K, C], labels, cameras)`, one view per sample and epoch."""
+        loader = super().train_dataloader()  # the P-K sampler of the image DataModule's settings
+        batches, dataset = (
+            cast(PKSampler, loader.batch_sampler),
+            cast(FeatureDataset, loader.dataset),
+        )
+        views = ViewBatchSampler(
+            batches, views=dataset.views, num_items=len(dataset.split), seed=self.seed
+        )
+        return DataLoader(dataset, batch_sampler=views)
+
+    def _build(self, part: str) -> None:
+        train, val, test = self.splits()
+        full = test.train  # all training images: one cache for every seed and val_classes
+        if part == "train":
+            if self._augmented(full):
+                views = torch.stack([self._features(full, "train", v) for v in range(self.views)])
+            else:  # every view would be the same: one entry, shared with validation
+                views = self._features(full, "train", None)[None]
+                if self.views > 1:
+                    rank_zero_info(
+                        f"feature cache: {self.dataset_name} has no training augmentation, so "
+                        f"its {self.views} views are one"
+                    )
+            self._datasets["train"] = FeatureDataset(views[:, _rows(full, train)], train)
+        elif part == "val" and val is not None:
+            features = self._features(full, "train", None)  # [N, C], the evaluation transform
+            for name, split in (("val_query", val.query), ("val_gallery", val.gallery)):
+                if split is not None:
+                    rows = features[_rows(full, split)]
+                    self._datasets[name] = FeatureDataset(rows[None], split)
+        elif part == "test":
+            for name, split in (("test_query", test.query), ("test_gallery", test.gallery)):
+                if split is not None:
+                    features = self._features(split, name.removeprefix("test_"), None)
+                    self._datasets[name] = FeatureDataset(features[None], split)
+
+    def _augmented(self, split: Split) -> bool:
+        """Whether the training images differ from the evaluation ones (their reprs differ)."""
+        train, test = (self.images.make_dataset(split, train=t) for t in (True, False))
+        return dataset_description(train) != dataset_description(test)
+
+    def _features(self, split: Split, role: str, view: int | None) -> Tensor:
+        """Features [N, C] of `split` (training view `view`, or the evaluation transform)."""
+        dataset = self.images.make_dataset(split, train=view is not None)
+        description = {
+            "format": CACHE_FORMAT,
+            "dataset": self.images.dataset_name,
+            "datamodule": _qualname(self.images),
+            "split": role,
+            "items": len(split),
+            "items_sha256": items_digest(split.items, split.labels, split.cameras),
+            "images": dataset_description(dataset),
+            "image_size": self.images.image_size,
+            "view": view,
+            "aug_seed": None if view is None else self.aug_seed,
+            "extractor": self._extractor_description(),
+            "versions": {
+                "torch": torch.__version__,
+                "torchvision": torchvision.__version__,
+                "PIL": PIL.__version__,
+            },
+        }
+        if view is not None:
+            dataset = SeededView(dataset, view=view, seed=self.aug_seed)
+        key = content_key(description)
+        if key in self._loaded:  # the training and validation sets share an entry
+            return self._loaded[key]
+        start = time.perf_counter()
+        array, computed = self.cache.load_or_compute(
+            key,
+            lambda: extract_features(
+                self.extractor,
+                dataset,
+                batch_size=self.images.eval_batch_size,
+                num_workers=self.images.num_workers,
+                device=self._device(),
+            ),
+            description,
+        )
+        seconds = time.perf_counter() - start
+        self.cache_events.append(CacheEvent(role, view, key, computed, seconds))
+        rank_zero_info(
+            f"feature cache: {'computed' if computed else 'read'} {self.dataset_name} {role}"
+            f"{'' if view is None else f' view {view}'} ({len(split)} images, {seconds:.1f} s) "
+            f"{self.cache.path(key)}"
+        )
+        self._loaded[key] = torch.from_numpy(array)
+        return self._loaded[key]
+
+    def _extractor_description(self) -> dict[str, str]:
+        """The extractor's part of the key; its parameters are hashed once per DataModule."""
+        if self._extractor_key is None:
+            extractor = self.extractor
+            self._extractor_key = {
+                "class": _qualname(extractor),
+                "summary": extractor.extra_repr(),
+                "repr_sha256": hashlib.sha256(repr(extractor).encode()).hexdigest(),
+                "weights_sha256": module_digest(extractor),
+            }
+        return self._extractor_key
+
+    def _device(self) -> torch.device:
+        """Where the extractor runs: the Trainer's device when attached, else the CPU."""
+        trainer = self.trainer
+        return trainer.strategy.root_device if trainer is not None else torch.device("cpu")
+
+
+def module_digest(module: nn.Module) -> str:
+    """SHA-256 of every parameter and buffer of `module`: names, dtypes, shapes and values."""
+    digest = hashlib.sha256()
+    tensors = sorted([*module.named_parameters(), *module.named_buffers()], key=lambda t: t[0])
+    for name, tensor in tensors:
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)}\n".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def dataset_description(dataset: Dataset) -> str:
+    """`repr(dataset)`, which must name everything its images depend on besides the items."""
+    if type(dataset).__repr__ is object.__repr__:
+        raise TypeError(
+            f"{type(dataset).__name__} has no __repr__: the feature cache keys entries by what "
+            "the images depend on; give it a __repr__ naming its transform and parameters"
+        )
+    return repr(dataset)
+
+
+def _rows(full: Split, subset: Split) -> list[int]:
+    """Positions in `full` of the items of `subset` (items identify images within a dataset)."""
+    position = {item: row for row, item in enumerate(full.items)}
+    if len(position) != len(full):
+        raise ValueError(
+            "CachedFeatureDataModule: the training split lists an item twice; features are "
+            "stored per item, so every item must be unique"
+        )
+    return [position[item] for item in subset.items]
+
+
+def _qualname(obj: object) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"

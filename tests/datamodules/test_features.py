@@ -1,0 +1,206 @@
+"""CachedFeatureDataModule: cache hits and invalidation, seeded views, loaders like the images'."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from datamodules import CachedFeatureDataModule, CUB200DataModule, SyntheticDataModule
+from datamodules.feature_views import ViewBatchSampler, epoch_views
+from samplers import PKSampler
+from tests.datamodules import _layouts
+
+
+class CountingExtractor(nn.Module):
+    """A tiny frozen 'backbone': per-channel mean and max of a fixed 1×1 convolution -> [B, 8]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        with torch.no_grad():
+            self.conv.weight.copy_(torch.linspace(-1, 1, 12).view(4, 3, 1, 1))
+            self.conv.bias.zero_()
+        self.images_seen = 0
+
+    def forward(self, images: Tensor) -> Tensor:
+        self.images_seen += len(images)
+        maps = self.conv(images)  # [B, 4, H, W]
+        return torch.cat([maps.mean(dim=(2, 3)), maps.amax(dim=(2, 3))], dim=1)  # [B, 8]
+
+
+def synthetic(**kwargs) -> SyntheticDataModule:
+    settings = dict(num_train_classes=4, num_test_classes=3, images_per_class=3, p=2, k=2)
+    settings |= dict(image_size=8, num_workers=0, eval_batch_size=5)
+    return SyntheticDataModule(**(settings | kwargs))
+
+
+def cub(root: Path, **kwargs) -> CUB200DataModule:
+    """Classes 1–2 (5 images) train, 3–4 (9) test; 8×8 JPEGs, RandomResizedCrop + flip."""
+    settings = dict(train_classes=2, image_size=8, p=2, k=2, num_workers=0, eval_batch_size=4)
+    return CUB200DataModule(root, **(settings | kwargs))
+
+
+def features(images, tmp_path: Path, extractor: nn.Module | None = None, **kwargs):
+    dm = CachedFeatureDataModule(
+        images, extractor or CountingExtractor(), cache_dir=tmp_path / "cache", **kwargs
+    )
+    dm.setup()
+    return dm
+
+
+def test_a_second_build_reads_every_entry_without_running_the_extractor(tmp_path: Path) -> None:
+    first = features(synthetic(val_classes=1), tmp_path)
+    assert first.extractor.images_seen == 12 + 9  # training (train + validation) and test images
+    assert all(event.computed for event in first.cache_events)
+    second = features(synthetic(val_classes=1), tmp_path)
+    assert second.extractor.images_seen == 0
+    assert not any(event.computed for event in second.cache_events)
+    for name, dataset in first._datasets.items():
+        torch.testing.assert_close(
+            second._datasets[name].features, dataset.features, rtol=0, atol=0
+        )
+    # Another seed (other P-K batches, other validation classes) still reads the same entries.
+    assert features(synthetic(val_classes=1, seed=5), tmp_path).extractor.images_seen == 0
+
+
+def test_features_are_the_extractor_applied_to_the_evaluation_images(tmp_path: Path) -> None:
+    images = synthetic()
+    dm = features(images, tmp_path)
+    extractor = CountingExtractor()
+    images.setup()
+    for name in ("train", "test_query"):
+        pixels = torch.stack([item[0] for item in images._datasets[name]])
+        torch.testing.assert_close(dm._datasets[name].features[0], extractor(pixels))
+
+
+def test_new_weights_image_size_or_rendering_miss(tmp_path: Path) -> None:
+    features(synthetic(), tmp_path)
+    changed = CountingExtractor()
+    with torch.no_grad():
+        changed.conv.bias.add_(0.5)
+    assert features(synthetic(), tmp_path, changed).extractor.images_seen == 12 + 9
+    assert features(synthetic(image_size=12), tmp_path).extractor.images_seen == 12 + 9
+    assert features(synthetic(render_seed=1), tmp_path).extractor.images_seen == 12 + 9
+
+
+def test_more_views_compute_only_the_new_views_and_aug_seed_only_the_views(tmp_path) -> None:
+    root = _layouts.write_cub(tmp_path / "cub")
+    one = features(cub(root), tmp_path, views=1)
+    assert one.extractor.images_seen == 5 + 9  # view 0, test
+    two = features(cub(root), tmp_path, views=2)
+    assert [(e.split, e.view, e.computed) for e in two.cache_events] == [
+        ("train", 0, False),
+        ("train", 1, True),
+        ("query", None, False),
+    ]
+    assert features(cub(root), tmp_path, views=2, aug_seed=1).extractor.images_seen == 2 * 5
+    image = Path(cub(root).splits()[2].query.items[0])
+    os.utime(image, ns=(image.stat().st_atime_ns, image.stat().st_mtime_ns + 10**9))
+    assert features(cub(root), tmp_path, views=2).extractor.images_seen == 9  # test: touched
+
+
+def test_views_are_reproducible_and_differ_from_each_other(tmp_path: Path) -> None:
+    root = _layouts.write_cub(tmp_path / "cub")
+    extractor = CountingExtractor()
+    state = torch.get_rng_state()
+    a = features(cub(root), tmp_path / "a", extractor, views=3)._datasets["train"].features
+    assert a.shape == (3, 5, 8)
+    assert torch.equal(torch.get_rng_state(), state)  # the global generator is untouched
+    b = features(cub(root), tmp_path / "b", views=3)._datasets["train"].features
+    torch.testing.assert_close(a, b, rtol=0, atol=0)  # computed afresh: the same views
+    for v in range(3):
+        for w in range(v):
+            assert not torch.allclose(a[v], a[w])
+    c = features(cub(root), tmp_path / "c", views=3, aug_seed=1)._datasets["train"].features
+    assert not torch.allclose(a, c)
+
+
+def test_data_without_augmentation_caches_one_view_shared_with_validation(tmp_path) -> None:
+    dm = features(synthetic(val_classes=1), tmp_path, views=4)
+    assert dm._datasets["train"].views == 1 and dm.extractor.images_seen == 12 + 9
+    assert [(e.split, e.view) for e in dm.cache_events] == [("train", None), ("query", None)]
+
+
+def test_each_epoch_shows_one_view_per_sample_drawn_from_seed_epoch_and_index() -> None:
+    labels = [i // 3 for i in range(12)]
+    pk = PKSampler(labels, p=2, k=2, seed=4)
+    sampler = ViewBatchSampler(pk, views=3, num_items=12, seed=4)
+    seen = []
+    for epoch in range(3):
+        sampler.sampler.set_epoch(epoch)  # what Lightning calls every epoch
+        chosen = epoch_views(4, epoch, 12, 3)
+        expected = [[int(chosen[i]) * 12 + i for i in batch] for batch in pk]
+        assert list(sampler) == expected == list(sampler)
+        seen.append(chosen)
+    assert len(sampler) == len(pk)
+    assert not torch.equal(seen[0], seen[1]) and set(torch.cat(seen).tolist()) == {0, 1, 2}
+    assert not torch.equal(epoch_views(5, 0, 12, 3), seen[0])
+
+
+@pytest.mark.parametrize("mode", ["fine_grained", "reid"])
+def test_loaders_yield_features_where_the_image_loaders_yield_images(tmp_path, mode) -> None:
+    kwargs = dict(mode=mode, images_per_class=4, num_cameras=2, val_classes=2)
+    images, dm = synthetic(**kwargs), features(synthetic(**kwargs), tmp_path)
+    assert (dm.dataset_name, dm.protocol, dm.default_recall_ks) == (
+        images.dataset_name,
+        images.protocol,
+        images.default_recall_ks,
+    )
+    assert dm.num_classes == images.num_classes == 2 and dm.track == "frozen"
+    assert images.track == "end-to-end"
+    feats, labels, cameras = next(iter(dm.train_dataloader()))
+    assert feats.shape == (4, 8) and feats.dtype == torch.float32
+    pk = PKSampler(images.splits()[0].labels, p=2, k=2, seed=0)
+    first = next(iter(pk))
+    assert labels.tolist() == [images.splits()[0].labels[i] for i in first]
+    assert cameras.tolist() == [images.splits()[0].cameras[i] for i in first]
+    images.setup()
+    for stage in ("val", "test"):
+        ours = getattr(dm, f"{stage}_dataloader")()
+        theirs = getattr(images, f"{stage}_dataloader")()
+        assert len(ours) == len(theirs) == (2 if mode == "reid" else 1)
+        for mine, reference in zip(ours, theirs, strict=True):
+            got = [torch.cat(column) for column in zip(*mine, strict=True)]
+            want = [torch.cat(column) for column in zip(*reference, strict=True)]
+            assert got[0].shape == (len(want[0]), 8)
+            assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
+
+
+def test_a_test_run_computes_only_the_test_features(tmp_path: Path) -> None:
+    dm = CachedFeatureDataModule(synthetic(), CountingExtractor(), cache_dir=tmp_path)
+    dm.setup("test")
+    assert len(dm.test_dataloader()) == 1 and dm.extractor.images_seen == 9
+
+
+def test_the_cache_folder_defaults_to_the_env_var(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("CIRCLEBENCH_CACHE", str(tmp_path / "env"))
+    dm = CachedFeatureDataModule(synthetic(), CountingExtractor())
+    dm.setup("test")
+    assert len(list((tmp_path / "env").glob("*.npy"))) == 1
+
+
+def test_errors_name_the_problem_and_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="views must be an int >= 1, got 0"):
+        CachedFeatureDataModule(synthetic(), CountingExtractor(), views=0)
+
+    class Images(nn.Module):
+        def forward(self, images: Tensor) -> Tensor:
+            return images
+
+    with pytest.raises(ValueError, match=r"must return pooled features \[B, C\]"):
+        features(synthetic(), tmp_path, Images())
+
+    class Unnamed(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 1
+
+    class Opaque(SyntheticDataModule):
+        def make_dataset(self, split, *, train):
+            return Unnamed()
+
+    with pytest.raises(TypeError, match="Unnamed has no __repr__"):
+        features(Opaque(num_train_classes=2, num_test_classes=2, images_per_class=2), tmp_path)
