@@ -1,0 +1,41 @@
+"""Every shortlist path of the evaluator, forced even where this machine lacks it natively."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmark.evaluation import RetrievalEvaluator, arithmetic
+
+# faiss float32, then torch in each arithmetic; "int8-emulated" is the exact slow form that
+# CPUs without fbgemm run, "cuda-*" the GPU paths where a GPU exists.
+PATHS = ["faiss", "float32", "bfloat16", "float16", "int8", "int8-emulated"] + (
+    ["cuda-float32", "cuda-bfloat16", "cuda-float16"] if torch.cuda.is_available() else []
+)
+
+
+@pytest.fixture(params=PATHS)
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """One shortlist path; the int8 fbgemm path is skipped where torch has no fbgemm."""
+    if request.param == "int8-emulated":
+        monkeypatch.setattr(arithmetic, "_has_fbgemm", lambda: False)
+    elif request.param == "int8" and not arithmetic._has_fbgemm():
+        pytest.skip("this torch has no fbgemm; int8-emulated checks the same arithmetic")
+    return request.param
+
+
+def evaluator(protocol: str, ks=(1, 2, 4), path: str = "float32", **kwargs) -> RetrievalEvaluator:
+    """RetrievalEvaluator on `path` (see PATHS) with the four ranking metrics."""
+    backend = "faiss" if path == "faiss" else "torch"
+    device = "cuda" if path.startswith("cuda-") else "cpu"
+    name = path.removeprefix("cuda-").replace("-emulated", "")
+    metrics = ("recall", "mAP", "MAP@R", "R-Precision")
+    return RetrievalEvaluator(
+        protocol,
+        ks,
+        metrics,
+        backend=backend,
+        device=device,
+        arithmetic="auto" if path == "faiss" else name,
+        **kwargs,
+    )
