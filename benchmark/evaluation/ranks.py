@@ -91,9 +91,26 @@ class _Bits:
         return scores.cpu().contiguous().view(torch_dtype).numpy()
 
 
-def _lowest(readout: Readout) -> float:
-    """A score below every threshold: what masked entries (self, same label) are set to."""
-    return 0.0 if isinstance(readout, Levels) else -torch.inf
+def _exclude(scores: Tensor, where: tuple[Tensor, Tensor] | Tensor, readout: Readout) -> None:
+    """Set scores[where] below every threshold: -inf, or level 0 (`Levels.covering` keeps every
+    threshold above it). `where` is an index pair, or a bool mask of the first columns. CPU
+    blocks are written through numpy: torch's parallel index_put and masked_fill stalled on
+    the busy 2-core machine."""
+    lowest = 0.0 if isinstance(readout, Levels) else -torch.inf
+    if scores.device.type != "cpu":
+        if isinstance(where, Tensor):
+            scores[:, : where.shape[1]].masked_fill_(where.to(scores.device), lowest)
+        else:
+            scores[where[0].to(scores.device), where[1].to(scores.device)] = lowest
+        return
+    bits = _Bits.of(scores)
+    raw = bits.view(scores)  # the block's own memory, as raw bits
+    value = torch.tensor(lowest, dtype=scores.dtype).view(-1).cpu()
+    raw_value = bits.view(value)[0]
+    if isinstance(where, Tensor):
+        np.copyto(raw[:, : where.shape[1]], raw_value, where=where.numpy())
+    else:
+        raw[where[0].numpy(), where[1].numpy()] = raw_value
 
 
 @dataclass
@@ -285,8 +302,7 @@ def positive_ranks(
         readout = _readout(shortlist, sims, eps_in)
         tab = _tables(rows[positive], sims, q_index.numel(), eps_in, readout)
         scores = shortlist(q.query.rows(q_index).values, 0)  # [B, N]
-        # Same label (and camera, or not): not negatives.
-        scores[rows.to(scores.device), g_index.to(scores.device)] = _lowest(readout)
+        _exclude(scores, (rows, g_index), readout)  # same label (and camera, or not)
         _settle(tab, q, g, q_index, _scan_rows(tab, scores, 0), None)
         del scores
         tabs.append(tab)
@@ -316,8 +332,8 @@ def _same_set_ranks(
         e = min(n, s + chunk_size)
         scores = shortlist(query.values[s:e], s)  # [e - s, n - s]
         w = int(group_end[e - 1]) - s  # columns [0, w) may share a label with these rows
-        same = (lab[s:e, None] == lab[None, s : s + w]).to(scores.device)
-        scores[:, :w].masked_fill_(same, _lowest(readout))
+        same = lab[s:e, None] == lab[None, s : s + w]
+        _exclude(scores, same, readout)
         _settle(tab, q, q, order, _scan_rows(tab, scores, s), order[s:])
         if e < n:
             pairs = _scan_cols(tab, scores, e - s, e)

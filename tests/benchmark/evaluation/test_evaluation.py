@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from benchmark.evaluation import RetrievalEvaluator
-from tests.benchmark.evaluation.conftest import PATHS, evaluator
+from tests.benchmark.evaluation.conftest import PATHS, evaluator, force
 
 
 @functools.cache
@@ -144,8 +144,7 @@ def test_paths_agree_on_clustered_data(monkeypatch: pytest.MonkeyPatch) -> None:
     expected = evaluator("same_set", (1, 10), path="float32").evaluate(emb, labels)
     for path in PATHS:
         with monkeypatch.context() as patch:
-            if path == "int8-emulated":
-                patch.setattr("benchmark.evaluation.arithmetic._has_fbgemm", lambda: False)
+            force(path, patch)
             got = evaluator("same_set", (1, 10), path=path).evaluate(emb, labels)
         assert got == expected, path
 
