@@ -55,3 +55,22 @@ def peak_rss_increase(fn: Callable[[], T], *, interval_s: float = 0.002) -> tupl
         sampler.join()
     peak = max(peak, _rss_bytes())
     return result, peak - base
+
+
+def machine() -> str:
+    """One line naming the CPU (model name, torch's capability) and torch's thread count."""
+    import platform
+
+    import torch
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(
+                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
+                model,
+            )
+    except OSError:
+        pass
+    capability, threads = torch.backends.cpu.get_cpu_capability(), torch.get_num_threads()
+    return f"CPU {model} ({capability}), torch {torch.__version__}, {threads} threads"

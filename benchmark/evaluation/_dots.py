@@ -15,14 +15,16 @@ from numba import njit, prange
 
 
 @njit(parallel=True, nogil=True, cache=True, fastmath={"reassoc", "contract"})
-def raw_dots(x, y, x_rows, y_rows, out):
-    """out[m] = x[x_rows[m]] · y[y_rows[m]], float32 rows accumulated in float32."""
+def raw_cosines(x, y, x_norms, y_norms, x_rows, y_rows, out):
+    """out[m] = (x[i] · y[j] accumulated in float32) / (x_norms[i] · y_norms[j]) in float64,
+    for the pairs (i, j) = (x_rows[m], y_rows[m]); float32 rows, float64 norms."""
     for m in prange(out.size):
-        a, b = x[x_rows[m]], y[y_rows[m]]
+        i, j = x_rows[m], y_rows[m]
+        a, b = x[i], y[j]
         acc = np.float32(0.0)
         for d in range(a.size):
             acc += a[d] * b[d]
-        out[m] = acc
+        out[m] = np.float64(acc) / (x_norms[i] * y_norms[j])
 
 
 @njit(parallel=True, nogil=True, cache=True, fastmath={"reassoc", "contract"})
@@ -39,3 +41,19 @@ def unit_dots(x, y, x_norms, y_norms, x_rows, y_rows, out):
         for d in range(a.size):
             acc += np.float64(a[d] / na) * np.float64(b[d] / nb)
         out[m] = np.float32(acc)
+
+
+@njit(nogil=True, cache=True)
+def bucket_order(keys, n_keys):
+    """The stable permutation that sorts `keys` (integers in [0, n_keys)): a counting sort,
+    O(M + n_keys), where argsort of the band pairs took longer than the products it orders."""
+    starts = np.zeros(n_keys + 1, np.int64)
+    for m in range(keys.size):
+        starts[keys[m] + 1] += 1
+    for k in range(n_keys):
+        starts[k + 1] += starts[k]
+    out = np.empty(keys.size, np.int64)
+    for m in range(keys.size):
+        out[starts[keys[m]]] = m
+        starts[keys[m]] += 1
+    return out

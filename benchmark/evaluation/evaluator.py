@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from benchmark.evaluation import arithmetic as _arithmetic
+from benchmark.evaluation.arithmetic import ARITHMETICS, Arithmetic
 from benchmark.evaluation.hardest_pairs import HardestPairs, hardest_pair_similarities
 from benchmark.evaluation.metrics import (
     DEFAULT_METRICS,
@@ -34,56 +36,6 @@ FAISS_GPU_HINT = (
     'install faiss with GPU support (pip install "circlebench[gpu]", i.e. faiss-gpu), '
     'or use backend="torch" (exact on CUDA too) or backend="auto"'
 )
-
-
-def _torch_block(device: torch.device) -> Block:
-    if device.type == "cuda":
-        # bfloat16 inputs, float32 accumulation and output: no output rounding to bound.
-        return lambda q, g: torch.mm(q, g.T, out_dtype=torch.float32)
-    return _CpuBlock()
-
-
-class _CpuBlock:
-    """bfloat16 blocks on the CPU, where AMX/AVX-512 make them ~7x faster than float32.
-
-    Two things halve the product's time (`bench eval`, SOP): one output buffer reused by every
-    call (a fresh 250 MB block per call spends as long in page faults as in the product), and
-    gallery tiles of `_TILE` columns written into it in place (oneDNN keeps a tile's operands
-    in cache; one product over 60k columns runs at two thirds of the speed). The returned block
-    is a view of the buffer: valid until the next call.
-    """
-
-    _TILE = 8192
-
-    def __init__(self) -> None:
-        self._buffer = torch.empty(0, dtype=torch.bfloat16)
-
-    def __call__(self, q: Tensor, g: Tensor) -> Tensor:
-        size = q.shape[0] * g.shape[0]
-        if self._buffer.numel() < size:
-            self._buffer = torch.empty(size, dtype=torch.bfloat16)
-        out = self._buffer[:size].view(q.shape[0], g.shape[0])
-        for c in range(0, g.shape[0], self._TILE):
-            torch.mm(q, g[c : c + self._TILE].T, out=out[:, c : c + self._TILE])
-        return out
-
-
-def _faiss_block(device: torch.device) -> Block:
-    import faiss
-
-    if device.type == "cuda":
-        resources = faiss.StandardGpuResources()
-
-        def gpu_block(q: Tensor, g: Tensor) -> Tensor:
-            out = faiss.pairwise_distance_gpu(
-                resources, q.cpu().numpy(), g.cpu().numpy(), metric=faiss.METRIC_INNER_PRODUCT
-            )
-            return torch.from_numpy(out)
-
-        return gpu_block
-    return lambda q, g: torch.from_numpy(
-        faiss.pairwise_distances(q.numpy(), g.numpy(), faiss.METRIC_INNER_PRODUCT)
-    )
 
 
 @dataclass(frozen=True)
@@ -107,9 +59,12 @@ class RetrievalEvaluator:
         ks: the K of `R@K` (CMC rank-K for re-ID), each ≥ 1.
         metrics: names from the registry `evaluation.metrics.METRICS` ("recall", "mAP",
             "MAP@R", "R-Precision", "NMI").
-        backend: "torch" (bfloat16 shortlist on CPU or CUDA), "faiss" (float32 shortlist by
-            faiss, CPU or GPU) or "auto" (torch on the chosen device: fastest where measured).
+        backend: "torch" (shortlist products by torch, in `arithmetic`), "faiss" (float32
+            shortlist by faiss, CPU or GPU) or "auto" (torch on the chosen device).
         device: "cpu", "cuda" or "auto" (CUDA when available).
+        arithmetic: the torch shortlist's arithmetic, "bfloat16", "float16", "float32",
+            "int8" (CPU) or "auto": the environment variable CIRCLEBENCH_EVAL_ARITHMETIC, else
+            the fastest native one by a short probe (`benchmark.evaluation.arithmetic`).
         chunk_size: queries per similarity block; memory is about chunk_size × gallery × 2 bytes.
     """
 
@@ -122,6 +77,7 @@ class RetrievalEvaluator:
         device: Literal["auto", "cpu", "cuda"] = "auto",
         chunk_size: int = 1024,
         nmi_seed: int = 0,
+        arithmetic: Arithmetic = "auto",
     ) -> None:
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {list(PROTOCOLS)}, got {protocol!r}")
@@ -140,6 +96,14 @@ class RetrievalEvaluator:
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
         if not isinstance(chunk_size, int) or chunk_size <= 0:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        if arithmetic not in ARITHMETICS:
+            raise ValueError(f"arithmetic must be one of {list(ARITHMETICS)}, got {arithmetic!r}")
+        if backend == "faiss" and arithmetic not in ("auto", "float32"):
+            raise ValueError(
+                f"backend='faiss' computes float32 blocks, got arithmetic={arithmetic!r}; "
+                "use backend='torch' for other arithmetics"
+            )
+        self.arithmetic = arithmetic
         self.protocol, self.ks, self.metrics = protocol, ks, tuple(metrics)
         self.backend, self.device, self.chunk_size, self.nmi_seed = (
             backend,
@@ -155,7 +119,8 @@ class RetrievalEvaluator:
         return self.last_report.backend if self.last_report is not None else ""
 
     def _resolve(self) -> tuple[str, torch.device, Block, torch.dtype]:
-        """(name, device, block function, shortlist dtype) for this call."""
+        """(name, device, block function, shortlist dtype) for this call; the name says the
+        arithmetic (`torch-cpu-int8`), which `auto` measures once per process."""
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("device='cuda' but torch sees no CUDA device; use device='cpu'")
         cuda = self.device == "cuda" or (self.device == "auto" and torch.cuda.is_available())
@@ -165,8 +130,12 @@ class RetrievalEvaluator:
 
             if cuda and not hasattr(faiss, "StandardGpuResources"):
                 raise ImportError(f"backend='faiss' on CUDA needs faiss-gpu: {FAISS_GPU_HINT}")
-            return f"faiss-{'gpu' if cuda else 'cpu'}", device, _faiss_block(device), torch.float32
-        return f"torch-{device.type}", device, _torch_block(device), torch.bfloat16
+            name = f"faiss-{'gpu' if cuda else 'cpu'}-float32"
+            return name, device, _arithmetic.faiss_block(device), torch.float32
+        arithmetic = _arithmetic.resolve(self.arithmetic, device)
+        low_dtype = _arithmetic.LOW_DTYPES[arithmetic]
+        name = f"torch-{device.type}-{arithmetic}"
+        return name, device, _arithmetic.block(arithmetic, device), low_dtype
 
     def evaluate(
         self,

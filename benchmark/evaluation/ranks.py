@@ -16,14 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from benchmark.evaluation import _scan
+from benchmark.evaluation import _dots, _scan
 from benchmark.evaluation.sets import excluded
 from benchmark.evaluation.similarity import (
+    Levels,
+    LowCopy,
     UnitEmbeddings,
     exact_similarities,
     output_error,
@@ -32,7 +35,22 @@ from benchmark.evaluation.similarity import (
     shortlist_error,
 )
 
-Block = Callable[[Tensor, Tensor], Tensor]  # (low queries [B, D], low gallery [N, D]) -> [B, N]
+Readout = torch.dtype | Levels  # a floating-point block's dtype, or the levels of a uint8 one
+
+
+class Shortlist(Protocol):
+    """Low-precision similarity blocks against one gallery copy (`evaluation.arithmetic`)."""
+
+    def __call__(self, q: Tensor, start: int) -> Tensor:
+        """Scores [B, N - start] of query-copy rows q [B, D] against gallery rows start.."""
+        ...
+
+    def readout(self, lowest: float, highest: float) -> Readout:
+        """How the next blocks read, given that every threshold ± ε lies in [lowest, highest]."""
+        ...
+
+
+Block = Callable[[LowCopy, LowCopy], Shortlist]  # (query copy, gallery copy) -> its shortlist
 _EMPTY = np.iinfo(np.int64).max  # floor of a query without positives: no score reaches it
 
 
@@ -52,7 +70,7 @@ class PositiveRanks:
 @dataclass(frozen=True)
 class _Bits:
     """How a block's scores are read as raw bits: bfloat16 as int16 (shifted into float32's
-    place), float32 as int32."""
+    place), float32 as int32, uint8 levels as themselves (their keys are the levels)."""
 
     dtype: np.dtype
     shift: int
@@ -63,11 +81,37 @@ class _Bits:
             return _Bits(np.dtype(np.int16), 16)
         if scores.dtype == torch.float32:
             return _Bits(np.dtype(np.int32), 0)
-        raise TypeError(f"similarity blocks must be bfloat16 or float32, got {scores.dtype}")
+        if scores.dtype == torch.uint8:
+            return _Bits(np.dtype(np.uint8), 0)
+        raise TypeError(f"similarity blocks must be bfloat16, float32 or uint8, not {scores.dtype}")
 
     def view(self, scores: Tensor) -> np.ndarray:
+        if scores.dtype == torch.uint8:
+            return scores.cpu().contiguous().numpy()
         torch_dtype = torch.int16 if self.shift else torch.int32
         return scores.cpu().contiguous().view(torch_dtype).numpy()
+
+
+def _exclude(scores: Tensor, where: tuple[Tensor, Tensor] | Tensor, readout: Readout) -> None:
+    """Set scores[where] below every threshold: -inf, or level 0 (`Levels.covering` keeps every
+    threshold above it). `where` is an index pair, or a bool mask of the first columns. CPU
+    blocks are written through numpy: torch's parallel index_put and masked_fill stalled on
+    the busy 2-core machine."""
+    lowest = 0.0 if isinstance(readout, Levels) else -torch.inf
+    if scores.device.type != "cpu":
+        if isinstance(where, Tensor):
+            scores[:, : where.shape[1]].masked_fill_(where.to(scores.device), lowest)
+        else:
+            scores[where[0].to(scores.device), where[1].to(scores.device)] = lowest
+        return
+    bits = _Bits.of(scores)
+    raw = bits.view(scores)  # the block's own memory, as raw bits
+    value = torch.tensor(lowest, dtype=scores.dtype).view(-1).cpu()
+    raw_value = bits.view(value)[0]
+    if isinstance(where, Tensor):
+        np.copyto(raw[:, : where.shape[1]], raw_value, where=where.numpy())
+    else:
+        raw[where[0].numpy(), where[1].numpy()] = raw_value
 
 
 @dataclass
@@ -91,26 +135,39 @@ def _ceil_keys(x: Tensor) -> np.ndarray:
     return torch.where(b >= 0, b, -(2**31) - b).numpy()
 
 
-def _tables(rows: Tensor, sims: Tensor, n_rows: int, eps_in: float, out: Tensor) -> _Tables:
-    """Tables for queries 0..n_rows-1 from their positive pairs (rows [P], sims [P] float32);
-    `out` is a sample block output (its dtype sets the output rounding bound)."""
+def _readout(shortlist: Shortlist, sims: Tensor, eps_in: float) -> Readout:
+    """The shortlist's readout for thresholds `sims` (float32 [P]) within ±eps_in."""
+    if sims.numel() == 0:
+        return shortlist.readout(0.0, 0.0)
+    return shortlist.readout(float(sims.min()) - eps_in, float(sims.max()) + eps_in)
+
+
+def _tables(rows: Tensor, sims: Tensor, n_rows: int, eps_in: float, readout: Readout) -> _Tables:
+    """Tables for queries 0..n_rows-1 from their positive pairs (rows [P], sims [P] float32),
+    keyed for blocks read by `readout` (its output rounding widens each bound)."""
     counts = torch.bincount(rows, minlength=n_rows)
     order = torch.argsort(rows * 4.0 + sims.to(torch.float64), stable=True)  # by row, then sim
     t = sims[order].to(torch.float64)
-    eps = eps_in + output_error(out.dtype, t, eps_in) + 2.0**-30
+    if isinstance(readout, Levels):
+        lo, hi = readout.keys(t, eps_in)
+        bits = _Bits(np.dtype(np.uint8), 0)
+    else:
+        eps = eps_in + output_error(readout, t, eps_in) + 2.0**-30
+        lo, hi = _ceil_keys(t - eps), _ceil_keys(t + eps)
+        bits = _Bits.of(torch.empty(0, dtype=readout))
     ptr = torch.zeros(n_rows + 1, dtype=torch.int64)
     ptr[1:] = counts.cumsum(0)
-    ptr_np, lo, hi = ptr.numpy(), _ceil_keys(t - eps), _ceil_keys(t + eps)
+    ptr_np = ptr.numpy()
     _scan.monotone_bounds(ptr_np, lo, hi)
     first = np.minimum(ptr_np[:-1], max(lo.size - 1, 0))
     floor = np.where(counts.numpy() > 0, lo[first] if lo.size else 0, _EMPTY)
-    bits = _Bits.of(out)
     native = _scan.native_floors(floor, bits.dtype, bits.shift)
     hist = np.zeros(t.numel() + n_rows, dtype=np.int64)
     return _Tables(ptr_np, t.numpy(), lo, hi, floor, native, hist)
 
 
 _ROW_CAP, _TILE_CAP = 1024, 16 * _scan.TILE  # band slots per row / column tile before a refill
+_SORT_PAIRS = 1 << 16  # band pairs above which the float32 look reads them in gallery order
 
 
 def _band_pairs(kernel: Callable, n: int, cap: int, args: tuple) -> tuple[np.ndarray, np.ndarray]:
@@ -159,26 +216,38 @@ def _settle(
     q_index: Tensor,
     pairs: tuple[np.ndarray, np.ndarray],
     g_index: Tensor | None,
+    *,
+    by_query: bool = False,
 ) -> None:
-    """Count the band pairs (query, gallery position): a float32 look (bfloat16 shortlists
-    only), then exact references for those still within bound of a threshold.
+    """Count the band pairs (query, gallery position): a float32 look (shortlists coarser than
+    float32 only), then exact references for those still within bound of a threshold.
 
     `q_index` maps table queries to rows of q, `g_index` gallery positions to rows of g.
+    Wide bands are read in the order of the side outside the block's chunk: the gallery, or
+    with `by_query` the queries (the transposed half of a same_set panel).
     """
-    rows, cols = (torch.from_numpy(a) for a in pairs)
-    if rows.numel() == 0:
+    rows, cols = pairs
+    if rows.size == 0:
         return
-    gallery = cols if g_index is None else g_index[cols]
-    if g.low.dtype != torch.float32:
-        approx = raw_similarities(q, g, q_index[rows], gallery)
-        unsure = np.zeros(rows.numel(), dtype=np.bool_)
+    # numpy indexing: torch's parallel gathers stall on a busy 2-core machine (`bench eval`).
+    q_map = q_index.numpy()
+    gallery = cols if g_index is None else g_index.numpy()[cols]
+    if g.gallery.values.dtype != torch.float32:
+        if rows.size > _SORT_PAIRS:
+            # Each row outside the chunk (from memory, not cache) is then read once per block
+            # instead of once per pair (int8 bands hold ~600 pairs per query: 3-4x faster).
+            keys, n_keys = (rows, tab.ptr.size - 1) if by_query else (gallery, g.raw.shape[0])
+            in_order = _dots.bucket_order(keys, n_keys)
+            rows, gallery = rows[in_order], gallery[in_order]
+        approx = raw_similarities(q, g, torch.from_numpy(q_map[rows]), torch.from_numpy(gallery))
+        unsure = np.zeros(rows.size, dtype=np.bool_)
         eps = raw_error(q.dim) + 2.0**-30
-        _scan.count_values(rows.numpy(), approx.numpy(), tab.ptr, tab.t, eps, tab.hist, unsure)
-        keep = torch.from_numpy(unsure)
-        rows, gallery = rows[keep], gallery[keep]
-    exact = exact_similarities(q, g, q_index[rows], gallery).to(torch.float64)
-    unused = np.zeros(rows.numel(), dtype=np.bool_)
-    _scan.count_values(rows.numpy(), exact.numpy(), tab.ptr, tab.t, 0.0, tab.hist, unused)
+        _scan.count_values(rows, approx.numpy(), tab.ptr, tab.t, eps, tab.hist, unsure)
+        rows, gallery = rows[unsure], gallery[unsure]
+    exact = exact_similarities(q, g, torch.from_numpy(q_map[rows]), torch.from_numpy(gallery))
+    unused = np.zeros(rows.size, dtype=np.bool_)
+    values = exact.numpy().astype(np.float64)
+    _scan.count_values(rows, values, tab.ptr, tab.t, 0.0, tab.hist, unused)
 
 
 def _same_label_pairs(q_labels: Tensor, g_sorted: Tensor) -> tuple[Tensor, Tensor]:
@@ -215,9 +284,9 @@ def positive_ranks(
     names (same label, same camera). Junk gallery items must be removed by the caller.
     """
     eps_in = shortlist_error(q, g)
-    out = block(q.low[:1], g.low[:1])  # the block's output dtype and device
     if same_set:
-        return _same_set_ranks(q, q_labels, block, chunk_size, eps_in, out)
+        return _same_set_ranks(q, q_labels, block, chunk_size, eps_in)
+    shortlist = block(q.query, g.gallery)
     g_order = torch.argsort(g_labels, stable=True)
     g_sorted = g_labels[g_order]
     # Queries in label order: a chunk then touches few label groups (ranks do not depend on it).
@@ -231,9 +300,10 @@ def positive_ranks(
         pair_g_cams = g_cams[g_index] if g_cams is not None else None
         positive = ~excluded(torch.ones_like(rows, dtype=torch.bool), pair_q_cams, pair_g_cams)
         sims = exact_similarities(q, g, q_index[rows[positive]], g_index[positive])
-        tab = _tables(rows[positive], sims, q_index.numel(), eps_in, out)
-        scores = block(q.low[q_index.to(q.low.device)], g.low)  # [B, N]
-        scores[rows.to(scores.device), g_index.to(scores.device)] = -torch.inf  # not negatives
+        readout = _readout(shortlist, sims, eps_in)
+        tab = _tables(rows[positive], sims, q_index.numel(), eps_in, readout)
+        scores = shortlist(q.query.rows(q_index).values, 0)  # [B, N]
+        _exclude(scores, (rows, g_index), readout)  # same label (and camera, or not)
         _settle(tab, q, g, q_index, _scan_rows(tab, scores, 0), None)
         del scores
         tabs.append(tab)
@@ -241,7 +311,7 @@ def positive_ranks(
 
 
 def _same_set_ranks(
-    q: UnitEmbeddings, labels: Tensor, block: Block, chunk_size: int, eps_in: float, out: Tensor
+    q: UnitEmbeddings, labels: Tensor, block: Block, chunk_size: int, eps_in: float
 ) -> PositiveRanks:
     """same_set: items in label order; panel p holds rows [s, e) × columns [s, N), so every
     pair is computed once. Rows count the panel's own queries, columns ≥ e (transposed) count
@@ -253,17 +323,21 @@ def _same_set_ranks(
     rows, pos = _same_label_pairs(lab, lab)
     positive = pos != rows
     sims = exact_similarities(q, q, order[rows[positive]], order[pos[positive]])
-    tab = _tables(rows[positive], sims, n, eps_in, out)
+    gallery = q.gallery.rows(order)
+    query = gallery if q.query is q.gallery else q.query.rows(order)  # one copy for both roles
+    shortlist = block(query, gallery)
+    readout = _readout(shortlist, sims, eps_in)
+    tab = _tables(rows[positive], sims, n, eps_in, readout)
     group_end = torch.searchsorted(lab, lab, side="right")
-    low = q.low[order.to(q.low.device)]
     for s in range(0, n, chunk_size):
         e = min(n, s + chunk_size)
-        scores = block(low[s:e], low[s:])  # [e - s, n - s]
+        scores = shortlist(query.values[s:e], s)  # [e - s, n - s]
         w = int(group_end[e - 1]) - s  # columns [0, w) may share a label with these rows
-        same = (lab[s:e, None] == lab[None, s : s + w]).to(scores.device)
-        scores[:, :w].masked_fill_(same, -torch.inf)
+        same = lab[s:e, None] == lab[None, s : s + w]
+        _exclude(scores, same, readout)
         _settle(tab, q, q, order, _scan_rows(tab, scores, s), order[s:])
         if e < n:
-            _settle(tab, q, q, order, _scan_cols(tab, scores, e - s, e), order[s:])
+            pairs = _scan_cols(tab, scores, e - s, e)
+            _settle(tab, q, q, order, pairs, order[s:], by_query=True)
         del scores
     return _result([tab])

@@ -12,35 +12,78 @@ identical (or equally similar) items tie.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from benchmark.evaluation import _dots
+from benchmark.evaluation import _dots, _units
 
 U32 = 2.0**-24  # float32 unit roundoff
 
 
 @dataclass(frozen=True)
+class LowCopy:
+    """A low-precision copy x̃ = scale · (values - zero) of the unit vectors, with its bounds.
+
+    `values [N, D]` on the compute device: a floating-point dtype (scale 1, zero 0), or the
+    integers of the int8 shortlist (int8 with zero 0, or uint8 with zero 64). `norm` bounds
+    every ||x̃_i|| and `error` every ||x̂_i - x̃_i||.
+    """
+
+    values: Tensor
+    scale: float
+    zero: int
+    norm: float
+    error: float
+
+    def rows(self, index: Tensor) -> LowCopy:
+        """The same copy restricted (or reordered) to rows `index`; the bounds still hold."""
+        return replace(self, values=self.values[index.to(self.values.device)])
+
+
+@dataclass(frozen=True)
 class UnitEmbeddings:
-    """Float32 embeddings, their norms and a low-precision unit copy for the shortlist.
+    """Float32 embeddings, their norms and the low-precision copies that shortlist them.
 
     `raw [N, D]` float32 on the CPU (the caller's tensor, not copied), `norms [N]` the float32
-    norms n_x (held as float64), `low [N, D]` the unit vectors in the shortlist dtype on the
-    compute device. `low_norm` bounds ||low_i|| and `low_error` bounds ||x̂_i - low_i||.
+    norms n_x (held as float64), `peak` the largest |x̂_d|. `query` is the copy used when these
+    rows are queries and `gallery` when they are gallery items: one copy in `low_dtype` for
+    floating-point shortlists; for int8 a 7-bit and an 8-bit one, each built on first use (a
+    gallery is never a query in `query_gallery`).
     """
 
     raw: Tensor
     norms: Tensor
-    low: Tensor
-    low_norm: float
-    low_error: float
+    peak: float
+    low_dtype: torch.dtype
+    device: torch.device
+    chunk: int
+    _copies: dict[str, LowCopy] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def dim(self) -> int:
         return self.raw.shape[1]
+
+    @property
+    def query(self) -> LowCopy:
+        return self._copy("query" if self.low_dtype == torch.int8 else "both")
+
+    @property
+    def gallery(self) -> LowCopy:
+        return self._copy("gallery" if self.low_dtype == torch.int8 else "both")
+
+    def _copy(self, role: str) -> LowCopy:
+        if role not in self._copies:
+            if role == "both":
+                self._copies[role] = _float_copy(self)
+            elif role == "query":
+                self._copies[role] = _int8_copy(self, QUERY_LEVELS, QUERY_ZERO)
+            else:
+                self._copies[role] = _int8_copy(self, GALLERY_LEVELS, 0)
+        return self._copies[role]
 
 
 def unit_rows(raw: Tensor, norms: Tensor) -> Tensor:
@@ -48,34 +91,65 @@ def unit_rows(raw: Tensor, norms: Tensor) -> Tensor:
     return raw / norms.to(torch.float32)[:, None]
 
 
+# Integer levels of the int8 copies: queries are the unsigned operand of u8 × s8 products with
+# 16-bit pair sums (AVX2/AVX-512 without VNNI), which cannot overflow with 7 bits (2 · 127 ·
+# 128 < 2¹⁵); gallery items use the full signed 8 bits.
+QUERY_LEVELS, GALLERY_LEVELS, QUERY_ZERO = 63, 127, 64
+
+
 def prepare(
     raw: Tensor, name: str, *, low_dtype: torch.dtype, device: torch.device, chunk: int
 ) -> UnitEmbeddings:
-    """Normalise `raw [N, D]` chunk by chunk (bounded memory) and build the shortlist copy.
+    """Check and normalise `raw [N, D]` (compiled, one pass per row); the shortlist copies in
+    `low_dtype` (a floating-point dtype or torch.int8) are built when first used.
 
     Raises ValueError naming `name` if a row is not finite (its norm is not) or all zeros.
     """
-    norms = torch.empty(raw.shape[0], dtype=torch.float64)
-    low = torch.empty(raw.shape, dtype=low_dtype, device=device)
+    x = raw.numpy()
+    norms32, peaks = np.empty(x.shape[0], np.float32), np.empty(x.shape[0], np.float32)
+    _units.norms_and_peak(x, norms32, peaks)
+    bad = ~np.isfinite(norms32) | (norms32 == 0)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        what = "is all zeros" if norms32[row] == 0 else "has NaN or Inf values"
+        raise ValueError(f"{name} row {row} {what}: its cosine similarity is undefined")
+    norms = torch.from_numpy(norms32).to(torch.float64)
+    return UnitEmbeddings(raw, norms, float(peaks.max()), low_dtype, device, chunk)
+
+
+def _float_copy(e: UnitEmbeddings) -> LowCopy:
+    """The unit rows in e.low_dtype, chunk by chunk, with the measured rounding error."""
+    low = torch.empty(e.raw.shape, dtype=e.low_dtype, device=e.device)
     low_error = 0.0
-    for start in range(0, raw.shape[0], chunk):
-        rows = raw[start : start + chunk]
-        n = torch.linalg.vector_norm(rows, dim=1, dtype=torch.float64).to(torch.float32)
-        bad = ~torch.isfinite(n) | (n == 0)
-        if bool(bad.any()):
-            row = start + int(bad.nonzero()[0])
-            what = "is all zeros" if n[row - start] == 0 else "has NaN or Inf values"
-            raise ValueError(f"{name} row {row} {what}: its cosine similarity is undefined")
-        norms[start : start + chunk] = n
-        unit = rows / n[:, None]
-        part = unit.to(low_dtype)
-        low[start : start + chunk] = part.to(device)
+    for start in range(0, e.raw.shape[0], e.chunk):
+        unit = unit_rows(e.raw[start : start + e.chunk], e.norms[start : start + e.chunk])
+        part = unit.to(e.low_dtype)
+        low[start : start + e.chunk] = part.to(e.device)
         unit -= part.to(torch.float32)  # in place: one pass fewer over the chunk
         low_error = max(low_error, torch.linalg.vector_norm(unit, dim=1).max().item())
     # float32 norms of D terms are within D·2⁻²⁴ (< 1e-3 for D < 16,000) of the true ones, so
     # ||x̂|| ≤ 1 + 1e-3 and ||low|| ≤ ||x̂|| + ||x̂ - low|| (saves a norm pass per chunk).
     low_error *= 1 + 1e-3
-    return UnitEmbeddings(raw, norms, low, (1 + 1e-3) * (1 + low_error), low_error)
+    return LowCopy(low, 1.0, 0, (1 + 1e-3) * (1 + low_error), low_error)
+
+
+def _int8_copy(e: UnitEmbeddings, limit: int, zero: int) -> LowCopy:
+    """Integer copy scale · (values - zero), |values - zero| ≤ limit, scale = peak / limit, of
+    the unit rows, with float64-measured bounds."""
+    scale = e.peak / limit
+    values = np.empty(e.raw.shape, np.uint8 if zero else np.int8)
+    errors, sizes = np.empty(e.raw.shape[0]), np.empty(e.raw.shape[0])
+    norms = e.norms.to(torch.float32).numpy()
+    _units.int8_copy(e.raw.numpy(), norms, scale, limit, zero, values, errors, sizes)
+    # The float64 sums are within D·2⁻⁵³ of the true norms: 1e-9 covers D up to 10⁶.
+    margin = 1 + 1e-9
+    return LowCopy(
+        torch.from_numpy(values).to(e.device),
+        scale,
+        zero,
+        float(sizes.max()) * margin,
+        float(errors.max()) * margin,
+    )
 
 
 def exact_similarities(
@@ -98,9 +172,10 @@ def raw_similarities(
     """float32 dot products of raw rows over the float64 norms, for pairs (q_rows[m], g_rows[m]),
     in any order. Within `raw_error(D)` of the reference; float64 [M].
     """
-    dots = np.empty(q_rows.numel(), dtype=np.float32)
-    _dots.raw_dots(q.raw.numpy(), g.raw.numpy(), q_rows.numpy(), g_rows.numpy(), dots)
-    return torch.from_numpy(dots).to(torch.float64) / (q.norms[q_rows] * g.norms[g_rows])
+    out = np.empty(q_rows.numel(), dtype=np.float64)
+    _dots.raw_cosines(q.raw.numpy(), g.raw.numpy(), q.norms.numpy(), g.norms.numpy(),
+                      q_rows.numpy(), g_rows.numpy(), out)  # fmt: skip
+    return torch.from_numpy(out)
 
 
 def _float32(norms: Tensor) -> np.ndarray:
@@ -114,15 +189,19 @@ def raw_error(dim: int) -> float:
 
 
 def shortlist_error(q: UnitEmbeddings, g: UnitEmbeddings) -> float:
-    """Bound on |s̃ - s| for the shortlist product s̃ = low_q · low_g accumulated in float32.
+    """Bound on |s̃ - s| for the shortlist product s̃ = x̃ · ỹ of q's query copy and g's gallery
+    copy, before any rounding of the product's output.
 
     With x̂ = x̃ + δx:  x̂·ŷ - x̃·ỹ = x̃·δy + δx·ỹ + δx·δy  (Cauchy-Schwarz on each term), plus the
-    float32 accumulation of D exact products (γ_D·||x̃||·||ỹ||, Higham Thm 3.1), plus the two
+    float32 accumulation of D exact products for floating-point copies (γ_D·||x̃||·||ỹ||,
+    Higham Thm 3.1; int8 sums are exact in int32: |Σ| ≤ 63·127·D < 2³¹), plus the two
     roundings that separate x̂·ŷ from the reference s (2⁻²⁴ covers both for |s| ≤ 1.01).
-    Rounding of the product's output, if any, is added by the caller (`output_error`).
+    Rounding of the product's output, if any, is added by the caller (`output_error`, `Levels`).
     """
-    gamma_d = q.dim * U32 / (1 - q.dim * U32)
-    a_q, a_g, e_q, e_g = q.low_norm, g.low_norm, q.low_error, g.low_error
+    qc, gc = q.query, g.gallery
+    exact_sum = not gc.values.dtype.is_floating_point
+    gamma_d = 0.0 if exact_sum else q.dim * U32 / (1 - q.dim * U32)
+    a_q, a_g, e_q, e_g = qc.norm, gc.norm, qc.error, gc.error
     return a_q * e_g + e_q * a_g + e_q * e_g + gamma_d * a_q * a_g + U32 + 1e-30
 
 
@@ -142,3 +221,40 @@ def output_error(low_out: torch.dtype, thresholds: Tensor, eps_in: float) -> Ten
     power = torch.exp2(torch.ceil(torch.log2(reach)))
     power = torch.where(power < reach, 2 * power, power)  # log2 may round down just above 2^k
     return power * 2.0**-9
+
+
+@dataclass(frozen=True)
+class Levels:
+    """How the uint8 output of an int8 product reads: v = clamp(round(s̃ / step) + zero, 0, 255).
+
+    The product requantises its exact int32 sum with a float32 multiplier, so for 0 < v < 255,
+    |v - zero - s̃ / step| ≤ slack = ½ + 4·2⁻²⁴·max|s̃| / step (three float32 roundings: the
+    sum's conversion, the multiplier and the product; tested against fbgemm). A clamped level
+    bounds s̃ on one side only: v = 0 from above, v = 255 from below.
+    """
+
+    step: float
+    zero: int
+    slack: float
+
+    @staticmethod
+    def covering(lowest: float, highest: float, reach: float) -> Levels:
+        """Levels 2..252 span [min(lowest, 0), max(highest, 0)]; `reach` bounds |s̃|.
+
+        Every threshold ± ε then maps inside (1, 254): 0 (clamped, or a masked entry) is surely
+        below every threshold, and the zero point lies in [2, 253] as quint8 requires.
+        """
+        lo, hi = min(lowest, 0.0), max(highest, 0.0)
+        step = max(hi - lo, 2.0**-10) / 250
+        zero = math.ceil(2 - lo / step)
+        return Levels(step, zero, 0.5 + 4 * U32 * reach / step + 2.0**-20)
+
+    def keys(self, thresholds: Tensor, eps: float) -> tuple[np.ndarray, np.ndarray]:
+        """Level keys (lo, hi) [P] int64 for thresholds t with |s̃ - s| ≤ eps: a level v < lo
+        has s < t surely ((v - zero + slack)·step + eps < t), one v ≥ hi has s ≥ t surely
+        ((v - zero - slack)·step - eps ≥ t). 1e-9 covers the float64 division."""
+        t = thresholds.to(torch.float64)
+        hi = torch.ceil(self.zero + self.slack + (t + eps) / self.step + 1e-9)
+        lo = torch.ceil(self.zero - self.slack + (t - eps) / self.step - 1e-9)
+        # 255 may be clamped from above (never surely below), 0 from below (never surely above).
+        return lo.clamp(0, 255).long().numpy(), hi.clamp(1, 256).long().numpy()

@@ -1,11 +1,12 @@
-"""The compiled pair products behind the evaluator's re-checks, and the CPU shortlist block."""
+"""The compiled pair products behind the evaluator's re-checks, and the order they read pairs in."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from benchmark.evaluation import evaluator
+from benchmark.evaluation import _dots
 from benchmark.evaluation.similarity import (
     UnitEmbeddings,
     exact_similarities,
@@ -75,14 +76,8 @@ def test_empty_pair_lists() -> None:
     assert raw_similarities(q, q, none, none).numel() == 0
 
 
-def test_cpu_block_tiles_and_reuses_its_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(evaluator._CpuBlock, "_TILE", 7)  # ragged last tile
-    block = evaluator._CpuBlock()
-    gen = torch.Generator().manual_seed(8)
-    low = torch.randn(60, 16, generator=gen).bfloat16()
-    for rows, cols in [(slice(0, 20), slice(0, 60)), (slice(20, 30), slice(25, 60)),
-                       (slice(0, 1), slice(0, 1)), (slice(30, 60), slice(30, 60))]:  # fmt: skip
-        got = block(low[rows], low[cols])
-        assert got.is_contiguous() and got.dtype == torch.bfloat16
-        assert torch.equal(got, low[rows] @ low[cols].T)
-    assert block._buffer.numel() == 20 * 60  # the largest block, allocated once
+def test_bucket_order_is_a_stable_sort() -> None:
+    keys = torch.randint(0, 50, (5000,), generator=torch.Generator().manual_seed(9)).numpy()
+    order = _dots.bucket_order(keys, 50)
+    assert (order == np.argsort(keys, kind="stable")).all()
+    assert _dots.bucket_order(keys[:0], 50).size == 0

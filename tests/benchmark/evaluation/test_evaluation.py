@@ -9,16 +9,7 @@ import pytest
 import torch
 
 from benchmark.evaluation import RetrievalEvaluator
-from benchmark.evaluation.similarity import output_error, prepare, shortlist_error
-
-BACKENDS = ["torch", "faiss"] + (["torch-cuda"] if torch.cuda.is_available() else [])
-
-
-def evaluator(protocol: str, ks=(1, 2, 4), backend: str = "torch", **kwargs) -> RetrievalEvaluator:
-    device = "cuda" if backend == "torch-cuda" else "cpu"
-    name = "torch" if backend == "torch-cuda" else backend
-    metrics = ("recall", "mAP", "MAP@R", "R-Precision")
-    return RetrievalEvaluator(protocol, ks, metrics, backend=name, device=device, **kwargs)
+from tests.benchmark.evaluation.conftest import PATHS, evaluator, force
 
 
 @functools.cache
@@ -81,33 +72,81 @@ def random_case(seed: int, *, quantised: bool, n: int = 120, dim: int = 6, class
     return emb, labels
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("quantised", [False, True], ids=["continuous", "ties"])
 @pytest.mark.parametrize("chunk_size", [16, 1024])
-def test_same_set_equals_brute_force(backend: str, quantised: bool, chunk_size: int) -> None:
+def test_same_set_equals_brute_force(path: str, quantised: bool, chunk_size: int) -> None:
     for seed in range(3):
         emb, labels, (expected, skipped) = same_set_case(seed, quantised)
-        ev = evaluator("same_set", backend=backend, chunk_size=chunk_size)
+        ev = evaluator("same_set", path=path, chunk_size=chunk_size)
         assert ev.evaluate(emb, labels) == pytest.approx(expected, abs=1e-12)
         assert ev.last_report.skipped_queries == skipped
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("quantised", [False, True], ids=["continuous", "ties"])
 @pytest.mark.parametrize("chunk_size", [16, 1024])
-def test_query_gallery_equals_brute_force(backend: str, quantised: bool, chunk_size: int) -> None:
+def test_query_gallery_equals_brute_force(path: str, quantised: bool, chunk_size: int) -> None:
     for seed in range(3):
         (q, ql, g, gl, qc, gc), (expected, skipped) = query_gallery_case(seed, quantised)
-        ev = evaluator("query_gallery", backend=backend, chunk_size=chunk_size)
+        ev = evaluator("query_gallery", path=path, chunk_size=chunk_size)
         got = ev.evaluate(q.numpy(), ql.numpy(), g.numpy(), gl.numpy(), qc.numpy(), gc.numpy())
         assert got == pytest.approx(expected, abs=1e-12)
         assert ev.last_report.skipped_queries == skipped >= 3
 
 
-def test_backends_agree_on_clustered_data() -> None:
+def near_tie_case(seed: int, dim: int):
+    """Queries whose negatives sit within 0, 1e-7, 1e-5 and 1e-3 of a positive's similarity (on
+    either side), exact duplicates and scaled copies included: every shortlist's band."""
+    gen = torch.Generator().manual_seed(seed)
+    n_q = 12
+    q = torch.randn(n_q, dim, generator=gen, dtype=torch.float64)
+    q /= q.norm(dim=1, keepdim=True)
+    gallery, labels = [], []
+    for i in range(n_q):
+        u = torch.randn(dim, generator=gen, dtype=torch.float64)
+        u -= (u @ q[i]) * q[i]
+        u /= u.norm()  # orthogonal to the query
+        for cos in (0.9, 0.6, 0.3):
+            positive = cos * q[i] + (1 - cos**2) ** 0.5 * u
+            gallery.append(positive)
+            labels.append(i)
+            gallery.append(2 * positive)  # the same unit vector: a tie, the negative first
+            labels.append(100 + i)
+            for delta in (-1e-3, -1e-5, -1e-7, 1e-7, 1e-5, 1e-3):
+                c = cos + delta
+                gallery.append(c * q[i] + (1 - c**2) ** 0.5 * u)
+                labels.append(100 + (i + 1) % n_q)  # a negative for every query
+    g = torch.stack(gallery).float()
+    return q.float(), torch.arange(n_q), g, torch.tensor(labels)
+
+
+@functools.cache
+def near_tie_expected(dim: int):
+    q, ql, g, gl = near_tie_case(0, dim)
+    emb, labels = torch.cat([q, g]), torch.cat([ql, gl])
+    qg, _ = brute_force(q, ql, g, gl, same_set=False)
+    same, _ = brute_force(emb, labels, emb, labels, same_set=True)
+    return (q, ql, g, gl), qg, same
+
+
+@pytest.mark.parametrize("dim", [8, 512])
+def test_adversarial_near_ties_equal_brute_force(path: str, dim: int) -> None:
+    (q, ql, g, gl), expected_qg, expected_same = near_tie_expected(dim)
+    ev = evaluator("query_gallery", path=path, chunk_size=5)
+    assert ev.evaluate(q, ql, g, gl) == pytest.approx(expected_qg, abs=1e-12)
+    ev = evaluator("same_set", path=path, chunk_size=64)
+    assert ev.evaluate(torch.cat([q, g]), torch.cat([ql, gl])) == pytest.approx(
+        expected_same, abs=1e-12
+    )
+
+
+def test_paths_agree_on_clustered_data(monkeypatch: pytest.MonkeyPatch) -> None:
     emb, labels = random_case(7, quantised=False, n=600, dim=32, classes=40)
-    results = [evaluator("same_set", (1, 10), backend=b).evaluate(emb, labels) for b in BACKENDS]
-    assert all(r == results[0] for r in results)
+    expected = evaluator("same_set", (1, 10), path="float32").evaluate(emb, labels)
+    for path in PATHS:
+        with monkeypatch.context() as patch:
+            force(path, patch)
+            got = evaluator("same_set", (1, 10), path=path).evaluate(emb, labels)
+        assert got == expected, path
 
 
 def test_hand_computed_ranking_pos_neg_pos() -> None:
@@ -159,7 +198,7 @@ def test_same_set_hand_computed_with_singleton_skipped() -> None:
     got = ev.evaluate(emb, labels)  # both queries rank the negative (0.8 / 0.96) first
     assert (got["R@1"], got["R@2"], got["mAP"]) == (0.0, 1.0, 1 / 2)
     assert ev.last_report.skipped_queries == 1
-    assert ev.last_backend == "torch-cpu"
+    assert ev.last_backend == "torch-cpu-float32"
 
 
 def test_nmi_of_separated_clusters_is_one() -> None:
@@ -170,17 +209,3 @@ def test_nmi_of_separated_clusters_is_one() -> None:
     got = ev.evaluate(emb, labels)
     assert got["NMI"] == pytest.approx(1.0) and got["R@1"] == 1.0
     assert set(got) == {"R@1", "NMI"}
-
-
-def test_shortlist_error_bound_holds_for_bfloat16() -> None:
-    gen = torch.Generator().manual_seed(0)
-    for dim in (3, 64, 2048):
-        x = torch.randn(300, dim, generator=gen) * torch.rand(300, 1, generator=gen) * 100
-        x[:50] = x[50:100] + 1e-3 * torch.randn(50, dim, generator=gen)  # near-duplicates, s ≈ 1
-        e = prepare(x, "x", low_dtype=torch.bfloat16, device=torch.device("cpu"), chunk=64)
-        unit = x / e.norms.float()[:, None]
-        reference = (unit.double() @ unit.double().T).float().double()
-        shortlist = (e.low @ e.low.T).double()
-        eps_in = shortlist_error(e, e)
-        worst = eps_in + output_error(torch.bfloat16, torch.ones(1), eps_in)
-        assert (shortlist - reference).abs().max() <= worst

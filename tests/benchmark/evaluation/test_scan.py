@@ -1,5 +1,6 @@
-"""The compiled scans behind RetrievalEvaluator: key order, floors, rounding bounds, and exact
-metrics on blocks wider than a column tile, with long positive lists and overflowing band slots."""
+"""The compiled scans behind RetrievalEvaluator: key order, floors (float and uint8 blocks),
+rounding bounds, and exact metrics on blocks wider than a column tile, with long positive lists
+and overflowing band slots."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from benchmark.evaluation import RetrievalEvaluator, _scan
+from benchmark.evaluation import _scan
 from benchmark.evaluation import ranks as _ranks
 from benchmark.evaluation.similarity import output_error
+from tests.benchmark.evaluation.conftest import evaluator
 
 
 def keys_of_float32(x: torch.Tensor) -> np.ndarray:
@@ -51,6 +53,17 @@ def test_native_floors_select_exactly_the_scores_that_can_reach_the_floor(dtype)
         assert not (reach & (raw < n)).any()  # nothing that reaches the floor is skipped
         if f > 0:
             assert (reach == (raw >= n)).all()  # and for a positive floor nothing else is kept
+
+
+def test_uint8_floors_select_exactly_the_levels_that_reach_the_floor() -> None:
+    levels = np.arange(256, dtype=np.uint8)
+    floors = np.array([0, 1, 2, 130, 255, 256, np.iinfo(np.int64).max], dtype=np.int64)
+    native = _scan.native_floors(floors, np.dtype(np.uint8), 0)
+    for f, n in zip(floors, native, strict=True):
+        reach = levels.astype(np.int64) >= f
+        assert not (reach & (levels < n)).any()
+        if 0 < f <= 255:
+            assert (reach == (levels >= n)).all()
 
 
 def test_bfloat16_output_bound_decides_each_side_correctly() -> None:
@@ -105,11 +118,11 @@ def wide_case(seed: int, classes: int, ties: bool, n: int = 700, dim: int = 8):
     return emb, labels, sims
 
 
-@pytest.mark.parametrize("backend", ["torch", "faiss"])
+@pytest.mark.parametrize("path", ["faiss", "bfloat16", "int8"], indirect=True)
 @pytest.mark.parametrize("ties", [False, True], ids=["continuous", "ties"])
 @pytest.mark.parametrize("classes", [4, 150], ids=["long-lists", "short-lists"])
 def test_wide_blocks_and_overflowing_band_slots_stay_exact(
-    monkeypatch: pytest.MonkeyPatch, backend: str, ties: bool, classes: int
+    monkeypatch: pytest.MonkeyPatch, path: str, ties: bool, classes: int
 ) -> None:
     """700 items: several panels, column tiles of 256 and a ragged last tile; 4 classes give
     positive lists longer than the linear search; one band slot forces the filling passes."""
@@ -130,8 +143,8 @@ def test_wide_blocks_and_overflowing_band_slots_stay_exact(
         if cap:
             monkeypatch.setattr(_ranks, "_ROW_CAP", cap)
             monkeypatch.setattr(_ranks, "_TILE_CAP", cap)
-        ev = RetrievalEvaluator("same_set", ks, backend=backend, chunk_size=96)
+        ev = evaluator("same_set", ks, path=path, chunk_size=96)
         assert ev.evaluate(emb, labels) == pytest.approx(expected_same, abs=1e-12)
-        ev = RetrievalEvaluator("query_gallery", ks, backend=backend, chunk_size=64)
+        ev = evaluator("query_gallery", ks, path=path, chunk_size=64)
         got = ev.evaluate(emb[q], labels[q], emb[g], labels[g], cams[q], cams[g])
         assert got == pytest.approx(expected_qg, abs=1e-12)

@@ -1,0 +1,370 @@
+"""The shortlist's arithmetic: which low-precision product fills each similarity block.
+
+Every arithmetic keeps the evaluator exact (`ranks` re-checks whatever its bound leaves
+undecided); they differ in speed, and the speed depends on the hardware, so `auto` measures.
+Each block score s̃ is within ε of the reference s (`similarity.shortlist_error`, with
+x̂ = x̃ + δx: ε = ||x̃||·||δy|| + ||δx||·||ỹ|| + ||δx||·||δy|| on the measured copies, plus
+float32 accumulation γ_D = D·2⁻²⁴/(1 - D·2⁻²⁴) for floating-point sums, plus 2⁻²⁴), and the
+block's output rounding is added per threshold:
+
+- `float32`: float32 products and output; δ = 0, so ε ≈ γ_D + 2⁻²⁴ (≈ 3·10⁻⁵ at D = 512).
+- `bfloat16`: bfloat16 inputs (||δ|| ≈ 2⁻⁹), float32 sums; bfloat16 output on the CPU
+  (rounding P·2⁻⁹, `output_error`), float32 on CUDA. ε ≈ 0.004-0.006.
+- `float16`: float16 inputs (||δ|| ≈ 2⁻¹²), float32 sums and output (on a CPU, a float32
+  product of the float16 values: exact products, the same bound). ε ≈ 0.0005.
+- `int8`: one scale per copy (peak |x̂_d| / levels): 7-bit queries × 8-bit gallery items, the
+  unsigned × signed products of fbgemm with exact int32 sums (no γ_D), requantised to uint8
+  levels of step ≈ 1/250 of the thresholds' span (`Levels`: ½ level plus 4·2⁻²⁴ relative).
+  ε ≈ 0.04 for unit vectors, so ~10x more pairs go to the float32 re-check than for bfloat16.
+
+`auto` keeps, per device, the arithmetics the hardware runs natively (bfloat16 only with AMX or
+AVX-512-BF16 on CPUs, compute capability 8 on GPUs; float16 on GPUs of capability 7; int8
+where torch has fbgemm) and times one probe block of each (1,024 × 4,096 × 512, best of five
+rounds taken in turn): the fastest wins after a handicap for its wider band (bfloat16/float16
+×1.15, int8 ×1.25: a lower precision must beat float32 by that much; on the EPYC int8 probes
+~1.5-2.5x faster and its whole evaluation 1.4-2x). float32 blocks use numpy's BLAS or torch's,
+whichever `sgemm` measured faster. The choice is cached per device and thread
+count for the process. The argument `arithmetic=` of `RetrievalEvaluator`, else the environment
+variable CIRCLEBENCH_EVAL_ARITHMETIC, overrides it; a named arithmetic runs even where the
+hardware lacks it, in a slow form with the same bound (the int8 products exactly emulated).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from benchmark.evaluation.ranks import Block, Readout
+from benchmark.evaluation.similarity import Levels, LowCopy, prepare
+
+Arithmetic = Literal["auto", "bfloat16", "float16", "float32", "int8"]
+ARITHMETICS: tuple[str, ...] = ("auto", "bfloat16", "float16", "float32", "int8")
+ENV_VAR = "CIRCLEBENCH_EVAL_ARITHMETIC"
+LOW_DTYPES = {
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float32": torch.float32,
+    "int8": torch.int8,
+}
+HANDICAP = {"float32": 1.0, "bfloat16": 1.15, "float16": 1.15, "int8": 1.25}
+_CHOICES: dict[tuple[str, int | None, int], str] = {}  # (device type, index, threads) -> choice
+
+
+def requested(argument: str) -> str:
+    """The arithmetic asked for: `argument`, or if it is "auto" the environment variable's."""
+    if argument not in ARITHMETICS:
+        raise ValueError(f"arithmetic must be one of {list(ARITHMETICS)}, got {argument!r}")
+    if argument != "auto":
+        return argument
+    env = os.environ.get(ENV_VAR, "auto").strip() or "auto"
+    if env not in ARITHMETICS:
+        raise ValueError(
+            f"{ENV_VAR}={env!r} is not an arithmetic; set it to one of {list(ARITHMETICS)} "
+            "or unset it"
+        )
+    return env
+
+
+def resolve(argument: str, device: torch.device) -> str:
+    """The arithmetic to run on `device`: as requested, or measured (`choose`) for "auto"."""
+    name = requested(argument)
+    if name == "int8" and device.type != "cpu":
+        raise ValueError(
+            "arithmetic='int8' is a CPU shortlist (fbgemm); on CUDA use 'float16', 'bfloat16', "
+            "'float32' or 'auto'"
+        )
+    return choose(device) if name == "auto" else name
+
+
+def choose(device: torch.device) -> str:
+    """The fastest native arithmetic on `device` by a short probe, cached for the process."""
+    key = (device.type, device.index, torch.get_num_threads())
+    if key not in _CHOICES:
+        _CHOICES[key] = fastest(probe_seconds(native(device), device))
+    return _CHOICES[key]
+
+
+def fastest(seconds: dict[str, float]) -> str:
+    """The arithmetic with the least handicapped probe time (float32 on ties)."""
+    ranked = sorted(seconds, key=lambda n: (seconds[n] * HANDICAP[n], n != "float32"))
+    return ranked[0]
+
+
+def native(device: torch.device) -> list[str]:
+    """Arithmetics this device runs natively (candidates for `auto`), float32 first."""
+    if device.type == "cuda":
+        major = torch.cuda.get_device_capability(device)[0]
+        return ["float32"] + ["float16"] * (major >= 7) + ["bfloat16"] * (major >= 8)
+    names = ["float32"]
+    if _cpu_flags() & {"amx_bf16", "avx512_bf16", "bf16"}:  # x86 AMX / AVX-512, ARM BF16
+        names.append("bfloat16")
+    if _has_fbgemm():
+        names.append("int8")
+    return names
+
+
+def probe_seconds(names: list[str], device: torch.device, rounds: int = 5) -> dict[str, float]:
+    """Best time of each arithmetic's block of 1,024 × 4,096 at D = 512 over `rounds` rounds
+    that take turns (so a burst of load hits every candidate); inf where one fails."""
+    gen = torch.Generator().manual_seed(0)
+    raw = torch.randn(1024 + 4096, 512, generator=gen)
+    runs = {}
+    for name in names:
+        emb = prepare(raw, "probe", low_dtype=LOW_DTYPES[name], device=device, chunk=4096)
+        try:
+            shortlist = block(name, device)(emb.query.rows(torch.arange(1024)), emb.gallery)
+            shortlist.readout(0.0, 1.0)
+            shortlist(emb.query.values[:1024], 0)  # warm-up: packing, first-call set-up
+            runs[name] = (shortlist, emb.query.values[:1024])
+        except (RuntimeError, NotImplementedError):  # e.g. an op this build lacks
+            pass
+    best = {name: float("inf") for name in names}
+    for _ in range(rounds):
+        for name, (shortlist, q) in runs.items():
+            start = time.perf_counter()
+            shortlist(q, 0)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def sgemm() -> str:
+    """ "numpy" or "torch": whose float32 product is faster on this CPU, measured once per
+    thread count. numpy's BLAS (OpenBLAS in its wheels) ran 1.4x faster than torch's (MKL)
+    on the busy 2-core EPYC, and as fast when it was quiet."""
+    key = ("sgemm", None, torch.get_num_threads())
+    if key not in _CHOICES:
+        gen = torch.Generator().manual_seed(0)
+        q, g = torch.randn(1024, 512, generator=gen), torch.randn(4096, 512, generator=gen)
+        out = torch.empty(1024, 4096)
+        products = {
+            "numpy": lambda: np.matmul(q.numpy(), g.numpy().T, out=out.numpy()),
+            "torch": lambda: torch.mm(q, g.T, out=out),
+        }
+        best = dict.fromkeys(products, float("inf"))
+        for _ in range(4):
+            for engine, product in products.items():
+                start = time.perf_counter()
+                product()
+                best[engine] = min(best[engine], time.perf_counter() - start)
+        _CHOICES[key] = min(best, key=best.__getitem__)
+    return _CHOICES[key]
+
+
+def block(name: str, device: torch.device) -> Block:
+    """The block function (query copy, gallery copy) -> Shortlist of arithmetic `name`."""
+    if device.type == "cuda":
+        return lambda query, gallery: _CudaShortlist(gallery)
+    if name == "int8":
+        return lambda query, gallery: Int8Shortlist(query, gallery, fbgemm=_has_fbgemm())
+    engine = sgemm() if name == "float32" else "torch"
+    return lambda query, gallery: CpuShortlist(gallery, engine)
+
+
+def faiss_block(device: torch.device) -> Block:
+    """float32 blocks by faiss (`backend="faiss"`): BLAS on the CPU, faiss-gpu on CUDA."""
+    return lambda query, gallery: _FaissShortlist(gallery, device)
+
+
+class CpuShortlist:
+    """float32 or bfloat16 products on the CPU (float16 as a float32 product of its values).
+
+    Two things halve the product's time (`bench eval`, SOP): one output buffer reused by every
+    call (a fresh 250 MB block per call spends as long in page faults as in the product), and
+    gallery tiles of `_TILE` columns written into it in place (oneDNN keeps a tile's operands
+    in cache; one product over 60k columns runs at two thirds of the speed). The returned block
+    is a view of the buffer: valid until the next call.
+    """
+
+    _TILE = 8192
+
+    def __init__(self, gallery: LowCopy, engine: str = "torch") -> None:
+        self._gallery = gallery.values
+        self._out = torch.bfloat16 if self._gallery.dtype == torch.bfloat16 else torch.float32
+        self._buffer = torch.empty(0, dtype=self._out)
+        self._numpy = engine == "numpy" and self._gallery.dtype == torch.float32
+
+    def readout(self, lowest: float, highest: float) -> Readout:
+        return self._out
+
+    def __call__(self, q: Tensor, start: int) -> Tensor:
+        g = self._gallery[start:]
+        size = q.shape[0] * g.shape[0]
+        if self._buffer.numel() < size:
+            self._buffer = torch.empty(size, dtype=self._out)
+        out = self._buffer[:size].view(q.shape[0], g.shape[0])
+        upcast = g.dtype == torch.float16  # exact: float16 products fit in float32
+        q = q.float() if upcast else q
+        if self._numpy:  # numpy's BLAS writes into the strided buffer slice as well
+            q_np, g_np, out_np = q.numpy(), g.numpy(), out.numpy()
+            for c in range(0, g.shape[0], self._TILE):
+                np.matmul(q_np, g_np[c : c + self._TILE].T, out=out_np[:, c : c + self._TILE])
+            return out
+        with _ieee_float32():
+            for c in range(0, g.shape[0], self._TILE):
+                tile = g[c : c + self._TILE]
+                tile = tile.float() if upcast else tile
+                torch.mm(q, tile.T, out=out[:, c : c + self._TILE])
+        return out
+
+
+class Int8Shortlist:
+    """u8 × s8 products with exact int32 sums, requantised to uint8 levels (fbgemm).
+
+    The gallery is packed once, in slabs of `_SLAB` columns (a block starting mid-slab computes
+    the whole slab: at most `_SLAB` wasted columns per panel), and each slab's uint8 levels go
+    into one reused buffer. Without fbgemm (`fbgemm=False`) the same levels are computed
+    exactly in float64 (the slow form, for CPUs without it and for the tests).
+    """
+
+    _SLAB = 2048
+
+    def __init__(self, query: LowCopy, gallery: LowCopy, *, fbgemm: bool) -> None:
+        self._q_scale, self._g_scale, self._zero = query.scale, gallery.scale, query.zero
+        self._reach = query.norm * gallery.norm
+        self._gallery = gallery.values
+        self._fbgemm = fbgemm
+        self._levels = Levels.covering(-self._reach, self._reach, self._reach)
+        self._packs: dict[int, object] = {}
+        self._buffer = torch.empty(0, dtype=torch.uint8)
+
+    def readout(self, lowest: float, highest: float) -> Readout:
+        self._levels = Levels.covering(lowest, highest, self._reach)
+        return self._levels
+
+    def __call__(self, q: Tensor, start: int) -> Tensor:
+        n = self._gallery.shape[0]
+        size = q.shape[0] * (n - start)
+        if self._buffer.numel() < size:
+            self._buffer = torch.empty(size, dtype=torch.uint8)
+        out = self._buffer[:size].view(q.shape[0], n - start)
+        out_np = out.numpy()  # numpy copies the slabs in 3 ms where torch took 180 (2 threads)
+        with _quantized_ops():
+            xq = torch._make_per_tensor_quantized_tensor(q, self._q_scale, self._zero)
+            for c in range(start - start % self._SLAB, n, self._SLAB):
+                levels = self._slab(q, xq, c)  # [B, slab width]
+                skip = max(start - c, 0)
+                out_np[:, c + skip - start : c + levels.shape[1] - start] = levels[:, skip:]
+        return out
+
+    def _slab(self, q: Tensor, xq: Tensor, c: int) -> np.ndarray:
+        g = self._gallery[c : c + self._SLAB]
+        step, zero = self._levels.step, self._levels.zero
+        if not self._fbgemm:
+            multiplier = self._q_scale * self._g_scale / step
+            return int8_levels(q, self._zero, g, multiplier, zero).numpy()
+        if c not in self._packs:
+            wq = torch._make_per_tensor_quantized_tensor(g, self._g_scale, 0)
+            self._packs[c] = torch.ops.quantized.linear_prepack(wq, None)
+        levels = torch.ops.quantized.linear(xq, self._packs[c], step, zero)  # quint8
+        # Its bytes as uint8, without int_repr()'s copy.
+        raw = torch.empty(0, dtype=torch.uint8)
+        raw.set_(levels.untyped_storage(), levels.storage_offset(), levels.shape, levels.stride())
+        return raw.numpy()
+
+
+def int8_levels(q: Tensor, q_zero: int, g: Tensor, multiplier: float, zero: int) -> Tensor:
+    """uint8 levels clamp(round(fp32(fp32(Σ (q - q_zero)·g) · fp32(multiplier))) + zero) [B, N],
+    the sums exact in float64 (|Σ| < 2⁵³): what fbgemm's requantisation computes."""
+    sums = (q.to(torch.float64) - q_zero) @ g.to(torch.float64).T
+    scaled = sums.to(torch.float32) * torch.tensor(multiplier, dtype=torch.float32)
+    return (torch.round(scaled) + zero).clamp_(0, 255).to(torch.uint8)
+
+
+class _CudaShortlist:
+    """Products on the GPU: bfloat16/float16 inputs with float32 sums and output, or float32."""
+
+    def __init__(self, gallery: LowCopy) -> None:
+        self._gallery = gallery.values
+
+    def readout(self, lowest: float, highest: float) -> Readout:
+        return torch.float32
+
+    def __call__(self, q: Tensor, start: int) -> Tensor:
+        g = self._gallery[start:]
+        if g.dtype == torch.float32:
+            with _ieee_float32():
+                return torch.mm(q, g.T)
+        return torch.mm(q, g.T, out_dtype=torch.float32)
+
+
+class _FaissShortlist:
+    """float32 blocks by faiss: `pairwise_distances` (BLAS) or `pairwise_distance_gpu`."""
+
+    def __init__(self, gallery: LowCopy, device: torch.device) -> None:
+        import faiss
+
+        self._faiss, self._gallery = faiss, gallery.values.cpu().numpy()
+        self._resources = faiss.StandardGpuResources() if device.type == "cuda" else None
+
+    def readout(self, lowest: float, highest: float) -> Readout:
+        return torch.float32
+
+    def __call__(self, q: Tensor, start: int) -> Tensor:
+        faiss, g, q_np = self._faiss, self._gallery[start:], q.cpu().numpy()
+        if self._resources is not None:
+            out = faiss.pairwise_distance_gpu(
+                self._resources, q_np, g, metric=faiss.METRIC_INNER_PRODUCT
+            )
+        else:
+            out = faiss.pairwise_distances(q_np, g, faiss.METRIC_INNER_PRODUCT)
+        return torch.from_numpy(out)
+
+
+@contextlib.contextmanager
+def _ieee_float32() -> Iterator[None]:
+    """float32 products in float32: the γ_D bound does not hold for TF32 or bfloat16 modes
+    (`torch.set_float32_matmul_precision("medium")` turns them on for oneDNN and cuBLAS)."""
+    found: list[Any] = [getattr(torch.backends.mkldnn, "matmul", None), torch.backends.cuda.matmul]
+    backends = [b for b in found if getattr(b, "fp32_precision", "ieee") not in ("ieee", "none")]
+    saved = [b.fp32_precision for b in backends]
+    for b in backends:
+        b.fp32_precision = "ieee"
+    try:
+        yield
+    finally:
+        for b, value in zip(backends, saved, strict=True):
+            b.fp32_precision = value
+
+
+@contextlib.contextmanager
+def _quantized_ops() -> Iterator[None]:
+    """fbgemm as the quantized engine (its u8 × s8 kernels are the ones the bound is derived
+    for), without the deprecation warning of quantized tensors (they are internal here)."""
+    engine = torch.backends.quantized.engine
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*quantiz.*deprecated", category=UserWarning)
+        if engine != "fbgemm" and _has_fbgemm():
+            torch.backends.quantized.engine = "fbgemm"
+        try:
+            yield
+        finally:
+            if torch.backends.quantized.engine != engine:
+                torch.backends.quantized.engine = engine
+
+
+def _has_fbgemm() -> bool:
+    return "fbgemm" in torch.backends.quantized.supported_engines
+
+
+def _cpu_flags() -> set[str]:
+    """The CPU's feature flags (x86 `flags`, ARM `Features`) from /proc/cpuinfo; empty elsewhere."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
