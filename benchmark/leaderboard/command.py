@@ -131,7 +131,9 @@ def build(
     rows_csv = work / "rows.csv"
     summary = RunSummary()
     if run:
-        settings = CellSettings(rows_csv, work, runner, wandb=wandb, threads=suite.threads)
+        settings = CellSettings(
+            rows_csv, work, runner, wandb=wandb, threads=suite.threads, suite=suite.name
+        )
         summary = run_cells(suite.cells(), settings, root=Path("."), console=console, jobs=jobs)
     rows = read_results(rows_csv)
     rows = rows[rows["cell_id"].isin({cell.cell_id for cell in suite.cells()})]
