@@ -24,6 +24,7 @@ from benchmark.leaderboard.aggregate import aggregate_rows, read_leaderboard, wr
 from benchmark.leaderboard.check import compare
 from benchmark.leaderboard.markdown import leaderboard_markdown, read_paper_reference
 from benchmark.leaderboard.plots import write_plots
+from benchmark.leaderboard.report import write_report
 from benchmark.leaderboard.runner import (
     CellRunner,
     CellSettings,
@@ -162,7 +163,16 @@ def build(
     )
     write_text(out / "leaderboard.md", markdown)
     plots = write_plots(board, rows, out / "plots")
+    report = write_report(
+        board,
+        rows,
+        work / "report.html",
+        title=f"Leaderboard: suite {suite.name}",
+        description=suite.description,
+        fingerprint=numerics.read(out),
+    )
     console.print(f"wrote {out / 'leaderboard.csv'}, {out / 'leaderboard.md'}, {len(plots)} plots")
+    console.print(f"wrote {report}: open it in a browser")
     return board, summary
 
 

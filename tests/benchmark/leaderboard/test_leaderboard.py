@@ -270,6 +270,7 @@ def test_suite_runs_once_then_resumes(project: Path, monkeypatch: pytest.MonkeyP
     assert board["R@1_mean"].tolist() == [50.5, 50.5]
     plots = sorted(p.name for p in (project / "results/suites/t/plots").iterdir())
     assert plots == ["recall_at_k_syn.png", "sp_sn_scatter_syn.png", "sp_sn_training_syn.png"]
+    assert "<table class='board'>" in (project / "results/suites/t/report.html").read_text()
     leaderboard.main(["--suite", "t", "--no-wandb"])
     assert len(calls) == 4  # everything was done
     rows_csv = project / "results/suites/t/rows.csv"
