@@ -132,7 +132,7 @@ def _table(entries: pd.DataFrame) -> str:
     ]
     metrics = _metrics(entries)
     head = ["experiment", *settings, "seeds", *metrics]
-    cells = ["<table class='board'><thead><tr>"]
+    cells = ["<div class='scroll'><table class='board'><thead><tr>"]
     cells += [f"<th scope='col' tabindex='0'>{_e(name)}</th>" for name in head]
     cells.append("</tr></thead><tbody>")
     for _, row in entries.iterrows():
@@ -140,7 +140,8 @@ def _table(entries: pd.DataFrame) -> str:
         cells.append(_td(str(row["experiment"]).rsplit("/", 1)[-1]))
         for column in settings:
             text = str(row[column])
-            cells.append(_td(format_params(text) if column == "loss_params" else text, text))
+            shown = format_params(text) if column == "loss_params" else text
+            cells.append(_td(shown, text, wrap=True))
         cells.append(_td(str(row["n_seeds"]), float(row["n_seeds"])))
         for metric in metrics:
             mean, ci = float(row[f"{metric}_mean"]), float(row.get(f"{metric}_ci95", math.nan))
@@ -150,13 +151,13 @@ def _table(entries: pd.DataFrame) -> str:
                 text = f"{mean:.2f}" if math.isnan(ci) else f"{mean:.2f} ± {ci:.2f}"
                 cells.append(_td(text, mean))
         cells.append("</tr>")
-    cells.append("</tbody></table>")
+    cells.append("</tbody></table></div>")
     return "".join(cells)
 
 
-def _td(text: str, sort: str | float | None = None) -> str:
+def _td(text: str, sort: str | float | None = None, *, wrap: bool = False) -> str:
     key = text if sort is None else (f"{sort:.6g}" if isinstance(sort, float) else sort)
-    return f"<td data-sort='{_e(key)}'>{_e(text)}</td>"
+    return f"<td data-sort='{_e(key)}'{' class=wrap' if wrap else ''}>{_e(text)}</td>"
 
 
 def _facts(facts: list[tuple[str, str]]) -> str:
@@ -200,7 +201,9 @@ ul.facts { display: flex; flex-wrap: wrap; gap: 0.2em 1.4em; list-style: none; p
 ul.facts code { color: #111; background: #f2f2f2; padding: 0 0.3em; border-radius: 3px; }
 table.board { border-collapse: collapse; margin: 1em 0; font-variant-numeric: tabular-nums; }
 table.board th, table.board td { padding: 0.25em 0.6em; border-bottom: 1px solid #e4e4e4;
-                                 text-align: left; white-space: nowrap; }
+                                 text-align: left; white-space: nowrap; vertical-align: top; }
+table.board td.wrap { white-space: normal; min-width: 8em; max-width: 24em; }
+.scroll { overflow-x: auto; }
 table.board th { cursor: pointer; user-select: none; background: #f4f4f4; }
 table.board th[aria-sort=ascending]::after { content: " ▲"; }
 table.board th[aria-sort=descending]::after { content: " ▼"; }
