@@ -17,6 +17,7 @@ COMMANDS = {
     "validate": ("benchmark.training.cli", "evaluate the validation split of a config"),
     "test": ("benchmark.training.cli", "evaluate the test split (--ckpt_path: trained weights)"),
     "leaderboard": ("benchmark.leaderboard.command", "run a suite and write its leaderboard"),
+    "dashboard": ("benchmark.leaderboard.dashboard", "write (--publish: save) a suite's W&B view"),
     "data": ("benchmark.data.command", "list, describe, verify or download the datasets"),
 }
 TRAINING = ("fit", "validate", "test")  # LightningCLI sub-commands: they keep their own name

@@ -24,6 +24,7 @@ from benchmark.leaderboard.aggregate import aggregate_rows, read_leaderboard, wr
 from benchmark.leaderboard.check import compare
 from benchmark.leaderboard.markdown import leaderboard_markdown, read_paper_reference
 from benchmark.leaderboard.plots import write_plots
+from benchmark.leaderboard.report import write_report
 from benchmark.leaderboard.runner import (
     CellRunner,
     CellSettings,
@@ -142,7 +143,9 @@ def build(
     rows_csv = work / "rows.csv"
     summary = RunSummary()
     if run:
-        settings = CellSettings(rows_csv, work, runner, wandb=wandb, threads=suite.threads)
+        settings = CellSettings(
+            rows_csv, work, runner, wandb=wandb, threads=suite.threads, suite=suite.name
+        )
         summary = run_cells(suite.cells(), settings, root=Path("."), console=console, jobs=jobs)
     rows = read_results(rows_csv)
     rows = rows[rows["cell_id"].isin({cell.cell_id for cell in suite.cells()})]
@@ -171,7 +174,16 @@ def build(
     )
     write_text(out / "leaderboard.md", markdown)
     plots = write_plots(board, rows, out / "plots")
+    report = write_report(
+        board,
+        rows,
+        work / "report.html",
+        title=f"Leaderboard: suite {suite.name}",
+        description=suite.description,
+        fingerprint=numerics.read(out),
+    )
     console.print(f"wrote {out / 'leaderboard.csv'}, {out / 'leaderboard.md'}, {len(plots)} plots")
+    console.print(f"wrote {report}: open it in a browser")
     return board, summary
 
 

@@ -1,14 +1,12 @@
 """Leaderboard plots (matplotlib, Agg): Recall@K, s_p / s_n during training, final (s_n, s_p).
 
-One figure of each kind per suite group, named `<kind>_<group>.png`. The training curves read
-each run's CSVLogger `metrics.csv` (`train/sp_mean`, `train/sn_mean` per step) and the scatter
-reads its `similarities.npz` (`sp`: lowest positive, `sn`: highest negative similarity of each
-test query), like Fig. 4 and Fig. 5 of the Circle loss paper.
+One figure of each kind per suite group, named `<kind>_<group>.png`. The training curves and
+the scatter come from the runs' logs (`run_logs.py`), like Fig. 4 and Fig. 5 of the Circle loss
+paper.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -21,13 +19,14 @@ import numpy as np
 import pandas as pd
 
 from benchmark.evaluation.metrics import metric_columns
+from benchmark.leaderboard.run_logs import experiments, final_similarities, training_curves
 
 
 def write_plots(board: pd.DataFrame, rows: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Write each group's plots; returns the files written (runs without logs get none)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    experiment = rows["cell_id"].str.rsplit("/", n=1).str[0]
+    experiment = experiments(rows)
     for group, entries in board.groupby("group", sort=False):
         written.append(recall_plot(entries, out_dir / f"recall_at_k_{group}.png"))
         runs = rows[experiment.str.split("/").str[0] == group]
@@ -64,35 +63,17 @@ def recall_plot(entries: pd.DataFrame, path: Path) -> Path:
 
 def training_curves_plot(runs: pd.DataFrame, path: Path) -> Path | None:
     """Mean s_p and s_n per training step (averaged over seeds), one colour per experiment."""
-    curves = {}
-    for name, cells in runs.groupby(runs["cell_id"].str.rsplit("/", n=1).str[0], sort=False):
-        logs = [_metrics_log(Path(d)) for d in cells.get("run_dir", [])]
-        logs = [log for log in logs if log is not None]
-        if logs:
-            curves[name] = pd.concat(logs).groupby("step").mean()
+    curves = training_curves(runs)
     if not curves:
         return None
     fig, (ax_p, ax_n) = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
     for name, curve in curves.items():
-        window = max(1, len(curve) // 50)  # per-step batch statistics are noisy
-        smooth = curve.rolling(window, min_periods=1).mean()
-        ax_p.plot(smooth.index, smooth["train/sp_mean"], label=_label(name))
-        ax_n.plot(smooth.index, smooth["train/sn_mean"], label=_label(name))
+        ax_p.plot(curve.index, curve["train/sp_mean"], label=_label(name))
+        ax_n.plot(curve.index, curve["train/sn_mean"], label=_label(name))
     ax_p.set(xlabel="step", ylabel="mean s_p", title="within-class similarity s_p")
     ax_n.set(xlabel="step", ylabel="mean s_n", title="between-class similarity s_n")
     ax_p.legend(fontsize="small")
     return _save(fig, path)
-
-
-def _metrics_log(run_dir: Path) -> pd.DataFrame | None:
-    path = run_dir / "metrics.csv"
-    if not path.is_file():
-        return None
-    log = pd.read_csv(path)
-    columns = ["step", "train/sp_mean", "train/sn_mean"]
-    if not set(columns) <= set(log.columns):
-        return None
-    return log[columns].dropna()
 
 
 def similarity_scatter_plot(runs: pd.DataFrame, path: Path) -> Path | None:
@@ -101,23 +82,15 @@ def similarity_scatter_plot(runs: pd.DataFrame, path: Path) -> Path | None:
     Circle loss panels draw its decision boundary, the circle (s_n)² + (s_p − 1)² = 2m²
     (Eq. 8 with O_p = 1 + m, O_n = −m, Δ_p = 1 − m, Δ_n = m); the others draw s_p = s_n.
     """
-    panels = []
-    for name, cells in runs.groupby(runs["cell_id"].str.rsplit("/", n=1).str[0], sort=False):
-        cells = cells.sort_values("seed", key=lambda s: s.astype(int))
-        for _, cell in cells.iterrows():
-            npz = Path(str(cell.get("run_dir", ""))) / "similarities.npz"
-            if npz.is_file():
-                with np.load(npz) as data:
-                    panels.append((name, cell, data["sn"], data["sp"]))
-                break
+    panels = final_similarities(runs)
     if not panels:
         return None
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 4 * rows), squeeze=False)
-    for ax, (name, cell, sn, sp) in zip(axes.flat, panels, strict=False):
+    for ax, panel in zip(axes.flat, panels, strict=False):
+        sn, sp, m = panel.sn, panel.sp, panel.circle_m
         ax.scatter(sn, sp, s=4, alpha=0.4)
-        m = _circle_margin(cell)
         if m is not None:
             theta = np.linspace(0, 2 * np.pi, 400)
             radius = math.sqrt(2) * m
@@ -126,20 +99,11 @@ def similarity_scatter_plot(runs: pd.DataFrame, path: Path) -> Path | None:
         else:
             ax.plot([-1, 1], [-1, 1], "k:", linewidth=1)
         low = min(0.0, float(np.min(sn)), float(np.min(sp))) - 0.05  # cosines: at most 1
-        ax.set(xlim=(low, 1.02), ylim=(low, 1.02), aspect="equal", title=_label(name))
+        ax.set(xlim=(low, 1.02), ylim=(low, 1.02), aspect="equal", title=_label(panel.experiment))
         ax.set(xlabel="s_n (highest negative)", ylabel="s_p (lowest positive)")
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     return _save(fig, path)
-
-
-def _circle_margin(cell: pd.Series) -> float | None:
-    if cell.get("loss") != "CircleLoss":
-        return None
-    try:
-        return float(json.loads(cell.get("loss_params") or "{}")["m"])
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:

@@ -146,8 +146,14 @@ class RunSummary:
     failed: dict[str, str] = field(default_factory=dict)
 
 
-def cell_args(cell: Cell, rows_csv: Path, run_root: Path, *, wandb: bool = True) -> list[str]:
-    """The `circlebench fit|test` command line of one cell; its run folder goes under `run_root`."""
+def cell_args(
+    cell: Cell, rows_csv: Path, run_root: Path, *, wandb: bool = True, suite: str = ""
+) -> list[str]:
+    """The `circlebench fit|test` command line of one cell; its run folder goes under `run_root`.
+
+    Args:
+        suite: recorded in the run's W&B config, which dashboards filter by.
+    """
     return [
         cell.command,
         "--config",
@@ -158,6 +164,7 @@ def cell_args(cell: Cell, rows_csv: Path, run_root: Path, *, wandb: bool = True)
         str(rows_csv),
         "--cell_id",
         cell.cell_id,
+        *(["--suite", suite] if suite else []),
         f"--trainer.default_root_dir={run_root}",
         f"--wandb={str(wandb).lower()}",
         *cell.overrides,
@@ -173,6 +180,7 @@ class CellSettings:
     runner: CellRunner
     wandb: bool = True
     threads: int | None = None
+    suite: str = ""
 
 
 def run_cells(
@@ -254,7 +262,8 @@ def _run_unfinished(
 def _run_one(cell: Cell, settings: CellSettings, summary: RunSummary, console: Console) -> None:
     log = settings.work_dir / "logs" / f"{cell.cell_id.replace('/', '__')}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    args = cell_args(cell, settings.rows_csv, settings.work_dir / "runs", wandb=settings.wandb)
+    runs = settings.work_dir / "runs"
+    args = cell_args(cell, settings.rows_csv, runs, wandb=settings.wandb, suite=settings.suite)
     start = time.perf_counter()
     try:
         settings.runner(args, log, settings.threads)

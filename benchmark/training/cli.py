@@ -27,7 +27,13 @@ from benchmark.training.checkpoints import (
     checkpoint_callbacks,
     resumable_run,
 )
-from benchmark.training.loggers import ConfigToLoggersCallback, build_loggers, run_version
+from benchmark.training.loggers import (
+    DEFAULT_TRACK,
+    ConfigToLoggersCallback,
+    RunLabels,
+    build_loggers,
+    run_version,
+)
 from benchmark.training.module import MetricLearningModule
 from benchmark.training.results import (
     ResultRow,
@@ -42,7 +48,16 @@ from datamodules.base import RetrievalDataModule
 BASE_CONFIG = Path(__file__).resolve().parents[2] / "experiments" / "base.yaml"
 # Options that change where and how a run is recorded, not what it computes: not hashed.
 UNHASHED = {
-    "": ("results_csv", "cell_id", "wandb", "test_after_fit", "ckpt_path", "config", "verbose"),
+    "": (
+        "results_csv",
+        "cell_id",
+        "suite",
+        "wandb",
+        "test_after_fit",
+        "ckpt_path",
+        "config",
+        "verbose",
+    ),
     "trainer": ("logger", "default_root_dir", "enable_progress_bar", "enable_model_summary"),
     "data.init_args": ("root", "num_workers", "eval_batch_size"),
 }
@@ -88,6 +103,7 @@ class CircleBenchCLI(LightningCLI):
             help="CSV the results row goes to",
         )
         parser.add_argument("--cell_id", type=str, default="", help="leaderboard cell of this run")
+        parser.add_argument("--suite", type=str, default="", help="leaderboard suite of this run")
         parser.add_argument(
             "--wandb", type=bool, default=True, help="log to W&B (offline unless configured)"
         )
@@ -126,6 +142,7 @@ class CircleBenchCLI(LightningCLI):
             loss_name,
             wandb=self._get(self.config, "wandb"),
             version=resumed.name if resumed else run_version(),
+            labels=self._labels(dataset, loss_name),
         )
         self.run_dir = Path(str(loggers[0].log_dir))  # fast_dev_run swaps loggers for dummies
         extra = config.get("logger")  # loggers named in a config come after ours
@@ -136,6 +153,22 @@ class CircleBenchCLI(LightningCLI):
         if config.get("enable_checkpointing") is not False:
             callbacks += checkpoint_callbacks(_val_classes(self.datamodule) > 0)
         return super().instantiate_trainer(logger=loggers, callbacks=callbacks, **kwargs)
+
+    def _labels(self, dataset: str, loss_class: str) -> RunLabels:
+        """What the run's W&B record is grouped by; the experiment is the last config file."""
+        configs = self._get(self.config, "config") or []
+        return RunLabels(
+            dataset=dataset,
+            loss=Path(str(configs[-1])).stem if configs else loss_class,
+            loss_class=loss_class,
+            paradigm=str(self.model.loss.paradigm),
+            track=self._get(self.config, "track") or DEFAULT_TRACK,  # a config may name one
+            seed=self._get(self.config, "seed_everything"),
+            suite=self._get(self.config, "suite") or "",
+            cell_id=self._get(self.config, "cell_id") or "",
+            git_sha=git_sha(),
+            job_type="train" if self.subcommand == "fit" else "evaluate",
+        )
 
     def _resumed_run(self, runs: Path) -> Path | None:
         """The run folder `fit --ckpt_path last|RUN_DIR` continues (its `last.ckpt` becomes the

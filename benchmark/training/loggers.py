@@ -5,6 +5,10 @@ W&B never prompts and never waits on the network: unless the user configured it 
 can be uploaded later with `wandb sync <run_dir>/wandb/offline-run-*`. With credentials but no
 route to the W&B server (checked with one connection of at most `PROBE_TIMEOUT_S`), the run
 goes offline too, with one line saying so, instead of failing after W&B's own time-outs.
+
+A W&B run carries what dashboards group and filter by (`RunLabels`): config key `circlebench`
+(dataset, loss, paradigm, track, seed, suite, cell, git revision), group `<dataset>/<loss>`,
+name `<dataset>/<loss>/seed<seed>`, `job_type` train or evaluate.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import os
 import socket
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, Literal
 from urllib.parse import urlparse
 
 import yaml
@@ -53,12 +59,60 @@ def run_version() -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{os.getpid()}"
 
 
+DEFAULT_TRACK = "end-to-end"  # the only training track so far: the whole network is trained
+
+
+@dataclass(frozen=True)
+class RunLabels:
+    """What a run's W&B record is grouped and filtered by; `benchmark.leaderboard.dashboard`
+    builds its views from these fields.
+
+    Args:
+        loss: the experiment's name, its config file's stem (`experiments/<dataset>/<loss>.yaml`,
+            so `circle` and `circle_class` differ), or the loss class without a config file.
+        cell_id: the leaderboard cell (`<group>/<config stem>/seed<seed>`); "" outside a suite.
+        git_sha: the code's revision (`benchmark.training.results.git_sha`).
+    """
+
+    dataset: str
+    loss: str
+    loss_class: str
+    paradigm: str
+    track: str
+    seed: int
+    suite: str
+    cell_id: str
+    git_sha: str
+    job_type: Literal["train", "evaluate"]
+
+    @property
+    def group(self) -> str:
+        return f"{self.dataset}/{self.loss}"
+
+    @property
+    def name(self) -> str:
+        return f"{self.group}/seed{self.seed}"
+
+    def config(self) -> dict[str, str | int]:
+        """The `circlebench` config entry (job_type is W&B's own field)."""
+        fields = asdict(self)
+        del fields["job_type"]
+        return fields
+
+
 def build_loggers(
-    save_dir: str | Path, dataset: str, loss: str, *, wandb: bool, version: str
+    save_dir: str | Path,
+    dataset: str,
+    loss: str,
+    *,
+    wandb: bool,
+    version: str,
+    labels: RunLabels | None = None,
 ) -> list[Logger]:
     """CSV logger in `save_dir/<dataset>/<loss>/<version>` and, if `wandb`, a W&B logger there too.
 
-    W&B: project `circlebench-<dataset>`, group `<loss>`, run name `<version>`.
+    W&B: project `circlebench-<dataset>`; with `labels`, group, name, job type and config entry
+    from them, else group `<loss>` and run name `<version>`.
     """
     csv_logger = CSVLogger(save_dir=save_dir, name=f"{dataset}/{loss}", version=version)
     if not wandb:
@@ -76,9 +130,11 @@ def build_loggers(
     run_dir = Path(csv_logger.log_dir)
     if getattr(rank_zero_only, "rank", 0) == 0:  # other DDP ranks never write there
         run_dir.mkdir(parents=True, exist_ok=True)
-    wandb_logger = WandbLogger(
-        project=f"circlebench-{dataset}", group=loss, name=version, save_dir=str(run_dir)
-    )
+    named: dict[str, Any] = {"group": loss, "name": version}
+    if labels is not None:  # under its own key: Lightning logs the hyper-parameters at the top
+        named = {"group": labels.group, "name": labels.name, "job_type": labels.job_type}
+        named["config"] = {"circlebench": labels.config()}
+    wandb_logger = WandbLogger(project=f"circlebench-{dataset}", save_dir=str(run_dir), **named)
     return [csv_logger, wandb_logger]
 
 

@@ -328,11 +328,13 @@ def test_suite_runs_once_then_resumes(project: Path, monkeypatch: pytest.MonkeyP
     # the `cub` group needs ../absent_data, so it was skipped
     assert calls[0][:3] == ["fit", "--config", "experiments/syn/circle.yaml"]
     assert calls[0][-2:] == ["--wandb=false", "--trainer.max_epochs=2"]
+    assert calls[0][calls[0].index("--suite") + 1] == "t"  # W&B dashboards filter by it
     board = read_leaderboard(project / "results/suites/t/leaderboard.csv")
     assert list(board["experiment"]) == ["syn/circle", "syn/triplet"]
     assert board["R@1_mean"].tolist() == [50.5, 50.5]
     plots = sorted(p.name for p in (project / "results/suites/t/plots").iterdir())
     assert plots == ["recall_at_k_syn.png", "sp_sn_scatter_syn.png", "sp_sn_training_syn.png"]
+    assert "<table class='board'>" in (project / "results/suites/t/report.html").read_text()
     leaderboard.main(["--suite", "t", "--no-wandb"])
     assert len(calls) == 4  # everything was done
     rows_csv = project / "results/suites/t/rows.csv"

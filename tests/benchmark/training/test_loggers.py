@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.training.loggers import build_loggers, wandb_server_reachable
+from benchmark.training.loggers import RunLabels, build_loggers, wandb_server_reachable
 
 
 @pytest.fixture
@@ -53,3 +53,24 @@ def test_no_account_logs_offline_silently(
 ) -> None:
     build_loggers(tmp_path, "synthetic", "CircleLoss", wandb=True, version="v")
     assert os.environ["WANDB_MODE"] == "offline" and capsys.readouterr().err == ""
+
+
+def test_labels_name_group_and_configure_the_wandb_run(
+    wandb_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    labels = RunLabels(
+        dataset="synthetic", loss="circle_class", loss_class="CircleLoss", paradigm="class-level",
+        track="end-to-end", seed=2, suite="ci", cell_id="syn/circle_class/seed2", git_sha="abc",
+        job_type="train",
+    )  # fmt: skip
+    _, wandb_logger = build_loggers(
+        tmp_path, "synthetic", "CircleLoss", wandb=True, version="v", labels=labels
+    )
+    init = wandb_logger._wandb_init  # what wandb.init will get; no run is started here
+    assert (init["project"], init["group"]) == ("circlebench-synthetic", "synthetic/circle_class")
+    assert (init["name"], init["job_type"]) == ("synthetic/circle_class/seed2", "train")
+    assert init["config"]["circlebench"] == {
+        "dataset": "synthetic", "loss": "circle_class", "loss_class": "CircleLoss",
+        "paradigm": "class-level", "track": "end-to-end", "seed": 2, "suite": "ci",
+        "cell_id": "syn/circle_class/seed2", "git_sha": "abc",
+    }  # fmt: skip

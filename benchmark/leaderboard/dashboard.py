@@ -1,0 +1,266 @@
+"""`circlebench dashboard --suite NAME`: the suite's W&B view as code (`wandb-workspaces`).
+
+The view is a saved W&B report: in `wandb-workspaces` 0.4 (a preview API, pinned) the sections of
+a workspace all show the workspace's one run set, while each panel grid of a report has its
+own, so only a report can give every leaderboard group (dataset × track) a section that shows
+that group's runs alone. Its blocks: the leaderboard table that `circlebench leaderboard` logged
+(project `circlebench-leaderboard`, run `leaderboard-<suite>`), then per group a heading and a
+panel grid over the group's cells (config `circlebench.suite` and `circlebench.cell_id`, which
+`benchmark.training.loggers.RunLabels` put in every run; project `circlebench-<dataset>`), runs
+grouped by their W&B group `<dataset>/<loss>`: a bar chart per test metric (mean over seeds,
+whiskers ± standard error: W&B draws no t interval), a line chart per validation metric the runs
+logged, the training `s_p` and `s_n` means (Fig. 4 of the Circle paper), and a parallel-coordinates
+panel over the loss hyper-parameters and R@1.
+
+Offline (the default) the command writes the view's spec to `results/suites/<suite>/dashboard.json`
+and says how to publish it. `--publish` saves it with the user's W&B credentials; a view with the
+same title in that project is updated, not duplicated. Nothing prompts: without credentials or a
+route to the server it stops with a message, and the whole publication is bounded in time
+(`wandb_views.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from collections.abc import Callable
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import wandb_workspaces.reports.v2 as wr
+from wandb_workspaces import expr
+
+from benchmark.evaluation.metrics import metric_columns
+from benchmark.leaderboard.aggregate import aggregate_rows
+from benchmark.leaderboard.run_logs import experiments, logged_columns
+from benchmark.leaderboard.suite import Suite, load_suite
+from benchmark.leaderboard.wandb_views import ViewStore, WandbViewStore, publish_within
+from benchmark.training.atomic import write_text
+from benchmark.training.loggers import DEFAULT_TRACK, wandb_is_configured, wandb_server_reachable
+from benchmark.training.results import read_results
+
+LEADERBOARD_PROJECT = "circlebench-leaderboard"  # where `leaderboard` logs its table
+SPEC_FILE = "dashboard.json"
+X_AXIS = "trainer/global_step"  # Lightning's W&B logger steps every metric by it
+SIZES = ("num_classes", "embedding_dim")  # loss arguments that are shapes, not hyper-parameters
+
+
+def build_view(board: pd.DataFrame, rows: pd.DataFrame, suite: str, entity: str = "") -> wr.Report:
+    """The view of a suite's `board` (one row per experiment) and its runs' `rows`.
+
+    Args:
+        rows: the results rows; their run folders, where present, say which validation metrics
+            the runs logged (none are charted without them).
+        entity: the W&B entity that owns the projects ("" offline: filled in on publishing).
+    """
+    board_runs = wr.Runset(
+        entity=entity,
+        project=LEADERBOARD_PROJECT,
+        name="leaderboard",
+        filters=expr.And(expr.Metric("Name") == f"leaderboard-{suite}"),
+    )
+    table = wr.WeavePanelSummaryTable(table_name="leaderboard", layout=wr.Layout(w=24, h=12))
+    table_grid = wr.PanelGrid(runsets=[board_runs], panels=[table])
+    blocks: list[Any] = [wr.H1("Leaderboard"), table_grid]
+    run_groups = experiments(rows).str.split("/").str[0] if len(rows) else pd.Series([])
+    for group, entries in board.groupby("group", sort=False):
+        runs = rows[run_groups == group] if len(rows) else rows
+        blocks += _group_section(str(group), entries, runs, suite, entity)
+    view = wr.Report(
+        project=LEADERBOARD_PROJECT,
+        entity=entity,
+        title=f"circlebench: suite {suite}",
+        description=f"Made by `circlebench dashboard --suite {suite}`; a publish replaces it.",
+        blocks=blocks,
+        width="fluid",
+    )
+    _stable_ids(view, suite)
+    return view
+
+
+def _group_section(
+    group: str, entries: pd.DataFrame, runs: pd.DataFrame, suite: str, entity: str
+) -> list[Any]:
+    """Heading, facts and the panel grid of one leaderboard group."""
+    datasets = sorted(set(entries["dataset"].astype(str)))
+    tracks = sorted(set(entries["track"].astype(str))) if "track" in entries else [DEFAULT_TRACK]
+    seeds = sorted({s for text in entries["seeds"].astype(str) for s in text.split()}, key=int)
+    cells = sorted(
+        f"{experiment}/seed{seed}"
+        for experiment, text in zip(entries["experiment"], entries["seeds"], strict=True)
+        for seed in str(text).split()
+    )
+    filters = expr.And(
+        expr.Config("circlebench.suite") == suite,
+        expr.Config("circlebench.cell_id").isin(cells),
+    )
+    runsets = [
+        wr.Runset(
+            entity=entity,
+            project=f"circlebench-{dataset}",
+            name=f"{group} ({dataset})",
+            filters=filters,
+            groupby=["group"],  # `<dataset>/<loss>`: one bar or line per loss
+        )
+        for dataset in datasets
+    ]
+    metrics = _metrics(entries)
+    panels = _metric_panels(metrics, logged_columns(runs))
+    params = _hyper_parameters(entries)
+    if params and metrics:
+        panels.append(_parallel_coordinates(params, metrics[0]))
+    heading = f"{group}: {', '.join(datasets)}, {', '.join(tracks)}"
+    facts = f"{len(entries)} experiments, seeds {' '.join(seeds)}"
+    return [wr.H1(heading), wr.P(facts), wr.PanelGrid(runsets=runsets, panels=panels)]
+
+
+def _metric_panels(metrics: list[str], logged: set[str]) -> list[Any]:
+    """Bars of the test metrics, lines of the validation metrics logged, s_p and s_n curves."""
+    panels: list[Any] = []
+    for m in metrics:
+        panels.append(
+            wr.BarPlot(
+                title=f"test/{m} by loss (mean ± s.e. over seeds)",
+                metrics=[f"test/{m}"],
+                orientation="v",
+                groupby_aggfunc="mean",
+                groupby_rangefunc="stderr",
+            )
+        )
+    for m in metrics:
+        if f"val/{m}" in logged:
+            panels.append(
+                wr.LinePlot(
+                    title=f"val/{m} by loss",
+                    x=X_AXIS,
+                    y=[f"val/{m}"],
+                    groupby_aggfunc="mean",
+                    groupby_rangefunc="stderr",
+                )
+            )
+    for key, name in (("train/sp_mean", "mean s_p"), ("train/sn_mean", "mean s_n")):
+        panels.append(
+            wr.LinePlot(
+                title=f"{name} during training by loss (Circle paper, Fig. 4)",
+                x=X_AXIS,
+                y=[key],
+                groupby_aggfunc="mean",
+                smoothing_type="exponential",
+                smoothing_factor=0.8,
+            )
+        )
+    return panels
+
+
+def _parallel_coordinates(params: list[str], metric: str) -> wr.ParallelCoordinatesPlot:
+    """The loss hyper-parameters (as the runs' config holds them), then the test metric."""
+    columns = [
+        wr.ParallelCoordinatesPlotColumn(metric=wr.Config(f"model.loss.init_args.{p}"))
+        for p in params
+    ]
+    columns.append(wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric(f"test/{metric}")))
+    return wr.ParallelCoordinatesPlot(title="loss hyper-parameters", columns=columns)
+
+
+def _metrics(entries: pd.DataFrame) -> list[str]:
+    """The registry's metrics that this group measured, in registry order."""
+    means = [c[: -len("_mean")] for c in entries if c.endswith("_mean")]
+    return [m for m in metric_columns(means) if entries[f"{m}_mean"].notna().any()]
+
+
+def _hyper_parameters(entries: pd.DataFrame) -> list[str]:
+    """Numeric loss arguments of the group's experiments (sources and shapes left out), sorted."""
+    names: set[str] = set()
+    for text in entries["loss_params"].astype(str):
+        params = json.loads(text) if text.startswith("{") else {}
+        names |= {k for k, v in params.items() if _is_number(v) and k not in SIZES}
+    return sorted(names)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _stable_ids(view: wr.Report, suite: str) -> None:
+    """Ids from the blocks' positions instead of random ones: the spec is the same on every
+    build, so a golden file can pin it and a publish changes only what changed."""
+    for b, block in enumerate(view.blocks):
+        if isinstance(block, wr.PanelGrid):
+            for r, runset in enumerate(block.runsets):
+                runset._id = _id(f"{suite}/{b}/runset/{r}")
+            for p, panel in enumerate(block.panels):
+                if isinstance(panel, wr.interface.Panel):
+                    panel._id = _id(f"{suite}/{b}/panel/{p}")
+
+
+def _id(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:11]
+
+
+def view_spec(view: wr.Report) -> dict[str, Any]:
+    """What `--publish` would save, as JSON-ready data, with the package version that made it."""
+    spec = view._to_model().model_dump(by_alias=True, exclude_none=True, mode="json")
+    return {"wandb_workspaces": version("wandb-workspaces"), "view": spec}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="circlebench dashboard",
+        description="Write a suite's W&B view as JSON; --publish saves it to W&B.",
+    )
+    parser.add_argument("--suite", required=True, help="suite name, e.g. quick, ci, paper")
+    parser.add_argument("--results-dir", type=Path, default=Path("results"))
+    parser.add_argument("--entity", default="", help="W&B entity (default: your default entity)")
+    parser.add_argument(
+        "--publish", action="store_true", help="save the view to W&B (needs `wandb login`)"
+    )
+    return parser
+
+
+def main(
+    argv: list[str] | None = None, store_factory: Callable[[], ViewStore] = WandbViewStore
+) -> None:
+    """Entry point of `circlebench dashboard` (`store_factory`: the W&B server; tests: a fake)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        suite = load_suite(args.suite, Path("."))
+    except (KeyError, ValueError, FileNotFoundError) as error:
+        parser.error(str(error.args[0]))
+    work = args.results_dir / "suites" / suite.name
+    board, rows = suite_board(suite, work / "rows.csv")
+    spec_path = work / SPEC_FILE
+    spec = view_spec(build_view(board, rows, suite.name, args.entity))
+    write_text(spec_path, json.dumps(spec, indent=1) + "\n")
+    print(f"wrote {spec_path}: the W&B view of suite {suite.name!r} ({len(board)} experiments)")
+    if not args.publish:
+        print(
+            f"publish it with `circlebench dashboard --suite {suite.name} --publish` "
+            "(needs W&B credentials: `wandb login` or WANDB_API_KEY)"
+        )
+        return
+    if not wandb_is_configured():
+        raise SystemExit("--publish: no W&B credentials; run `wandb login` or set WANDB_API_KEY")
+    if not wandb_server_reachable():
+        raise SystemExit("--publish: the W&B server cannot be reached; nothing was saved")
+    done = publish_within(
+        lambda entity: build_view(board, rows, suite.name, args.entity or entity), store_factory
+    )
+    if done.error:
+        raise SystemExit(f"--publish: the view was not saved ({done.error}); spec in {spec_path}")
+    print(f"saved the W&B view: {done.url}")
+
+
+def suite_board(suite: Suite, rows_csv: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(board, rows) of the suite's cells in `rows_csv`; exits when there are none."""
+    rows = read_results(rows_csv)
+    rows = rows[rows["cell_id"].isin({cell.cell_id for cell in suite.cells()})]
+    if rows.empty:
+        raise SystemExit(
+            f"no rows for suite {suite.name!r} in {rows_csv}: run "
+            f"`circlebench leaderboard --suite {suite.name}` first"
+        )
+    return aggregate_rows(rows), rows

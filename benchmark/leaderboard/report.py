@@ -1,0 +1,247 @@
+"""The leaderboard as one self-contained page: `results/suites/<suite>/report.html`.
+
+Everything is inlined, so the page opens from disk with no network: plotly.js (the copy that the
+`plotly` package ships, MIT licence, about 4.8 MB), each figure's data as JSON, and a small
+script that sorts a table by the column whose header is clicked. Per group: the run metadata
+(settings its rows share, seeds, the numerics fingerprint), the table (the settings that vary,
+then every `<metric>_mean` / `<metric>_ci95` pair of the board as `mean ± ci95`), the metrics as
+bars with 95 % CI whiskers, and the figures of `report_figures.py` from the runs' logs.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from benchmark.evaluation.metrics import metric_columns
+from benchmark.leaderboard.markdown import format_params
+from benchmark.leaderboard.report_figures import (
+    metric_bars,
+    similarity_scatter,
+    training_curves_figure,
+)
+from benchmark.leaderboard.run_logs import experiments
+from benchmark.training.atomic import write_text
+
+# Board columns that are not settings: identity and bookkeeping, shown elsewhere on the page.
+_NOT_SETTINGS = ("experiment", "group", "requires", "n_seeds", "seeds")
+
+
+def write_report(
+    board: pd.DataFrame,
+    rows: pd.DataFrame,
+    path: Path,
+    *,
+    title: str,
+    description: str = "",
+    fingerprint: str | None = None,
+) -> Path:
+    """Write the page for `board` (one row per experiment) and its runs' `rows` atomically."""
+    page = report_html(board, rows, title=title, description=description, fingerprint=fingerprint)
+    write_text(path, page)
+    return path
+
+
+def report_html(
+    board: pd.DataFrame,
+    rows: pd.DataFrame,
+    *,
+    title: str,
+    description: str = "",
+    fingerprint: str | None = None,
+) -> str:
+    """The whole page as a string (see the module docstring)."""
+    shas = sorted({str(s) for s in rows.get("git_sha", []) if str(s)})
+    facts = [("numerics fingerprint", fingerprint or "not recorded")]
+    facts += [("git revision" + ("s" if len(shas) > 1 else ""), ", ".join(shas) or "unknown")]
+    body = [f"<h1>{_e(title)}</h1>"]
+    if description:
+        body.append(f"<p>{_e(description)}</p>")
+    body.append(_facts(facts))
+    body.append(
+        "<p class='note'>Metrics in percent: mean ± half-width of the 95 % Student-t "
+        "confidence interval over seeds (none for one seed). Click a column header to sort.</p>"
+    )
+    figures: list[tuple[str, go.Figure]] = []
+    run_groups = experiments(rows).str.split("/").str[0] if len(rows) else pd.Series([])
+    for index, (group, entries) in enumerate(board.groupby("group", sort=False)):
+        runs = rows[run_groups == group] if len(rows) else rows
+        body.append(f"<section id='group-{index}'><h2>{_e(str(group))}</h2>")
+        body.append(_facts(_group_facts(entries)))
+        body.append(_table(entries))
+        group_figures = [
+            ("bars", metric_bars(entries, _metrics(entries))),
+            ("curves", training_curves_figure(runs)),
+            ("scatter", similarity_scatter(runs)),
+        ]
+        for kind, figure in group_figures:
+            if figure is not None:
+                figures.append((f"fig-{index}-{kind}", figure))
+                body.append(f"<div class='plot' id='fig-{index}-{kind}'></div>")
+        body.append("</section>")
+    data = "".join(
+        f"<script type='application/json' data-for='{name}'>{_json(figure)}</script>"
+        for name, figure in figures
+    )
+    page = {"title": _e(title), "style": _STYLE, "plotly": get_plotlyjs(), "script": _SCRIPT}
+    return _PAGE.format(body="\n".join(body), data=data, **page)
+
+
+def _metrics(entries: pd.DataFrame) -> list[str]:
+    """Metrics with a mean and a CI column and a value in this group: the registry's in its
+    order, then any other (e.g. `wall_time_s`) in the board's order."""
+    means = [c[: -len("_mean")] for c in entries if c.endswith("_mean")]
+    known = metric_columns(means)
+    ordered = known + [m for m in means if m not in known]
+    return [m for m in ordered if entries[f"{m}_mean"].notna().any()]
+
+
+def _settings(entries: pd.DataFrame) -> list[str]:
+    """Settings columns (anything but identity, metrics and CIs), in the board's order."""
+    return [c for c in entries if c not in _NOT_SETTINGS and not c.endswith(("_mean", "_ci95"))]
+
+
+def _group_facts(entries: pd.DataFrame) -> list[tuple[str, str]]:
+    """The settings every row of the group shares, its seeds, and the data it needs."""
+    facts = []
+    for column in _settings(entries):
+        values = entries[column].astype(str).unique()
+        if len(values) == 1 and not _empty(values[0]):
+            text = format_params(values[0]) if column == "loss_params" else values[0]
+            facts.append((column, text))
+    seeds = sorted({s for seeds in entries["seeds"].astype(str) for s in seeds.split()}, key=int)
+    facts.append(("seeds", " ".join(seeds)))
+    if "requires" in entries and str(entries["requires"].iloc[0]):
+        facts.append(("needs", str(entries["requires"].iloc[0])))
+    return facts
+
+
+def _empty(value: object) -> bool:
+    return str(value) in ("", "nan", "None")
+
+
+def _table(entries: pd.DataFrame) -> str:
+    shared = {name for name, _ in _group_facts(entries)}
+    settings = [
+        c for c in _settings(entries) if c not in shared and not entries[c].map(_empty).all()
+    ]
+    metrics = _metrics(entries)
+    head = ["experiment", *settings, "seeds", *metrics]
+    cells = ["<div class='scroll'><table class='board'><thead><tr>"]
+    cells += [f"<th scope='col' tabindex='0'>{_e(name)}</th>" for name in head]
+    cells.append("</tr></thead><tbody>")
+    for _, row in entries.iterrows():
+        cells.append("<tr>")
+        cells.append(_td(str(row["experiment"]).rsplit("/", 1)[-1]))
+        for column in settings:
+            text = str(row[column])
+            shown = format_params(text) if column == "loss_params" else text
+            cells.append(_td(shown, text, wrap=True))
+        cells.append(_td(str(row["n_seeds"]), float(row["n_seeds"])))
+        for metric in metrics:
+            mean, ci = float(row[f"{metric}_mean"]), float(row.get(f"{metric}_ci95", math.nan))
+            if math.isnan(mean):
+                cells.append(_td("–", ""))
+            else:
+                text = f"{mean:.2f}" if math.isnan(ci) else f"{mean:.2f} ± {ci:.2f}"
+                cells.append(_td(text, mean))
+        cells.append("</tr>")
+    cells.append("</tbody></table></div>")
+    return "".join(cells)
+
+
+def _td(text: str, sort: str | float | None = None, *, wrap: bool = False) -> str:
+    key = text if sort is None else (f"{sort:.6g}" if isinstance(sort, float) else sort)
+    return f"<td data-sort='{_e(key)}'{' class=wrap' if wrap else ''}>{_e(text)}</td>"
+
+
+def _facts(facts: list[tuple[str, str]]) -> str:
+    items = "".join(f"<li>{_e(k)} <code>{_e(v)}</code></li>" for k, v in facts)
+    return f"<ul class='facts'>{items}</ul>"
+
+
+def _e(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _json(figure: go.Figure) -> str:
+    """The figure as JSON that cannot end its `<script>` element early."""
+    return figure.to_json().replace("</", "<\\/")
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<style>{style}</style>
+<script>{plotly}</script>
+</head>
+<body>
+{body}
+{data}
+<script>{script}</script>
+</body>
+</html>
+"""
+
+_STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px;
+       padding: 0 1em; color: #222; }
+h1 { font-size: 1.6em; } h2 { margin-top: 2em; border-bottom: 1px solid #ccc; }
+.note { color: #555; }
+ul.facts { display: flex; flex-wrap: wrap; gap: 0.2em 1.4em; list-style: none; padding: 0;
+           color: #555; }
+ul.facts code { color: #111; background: #f2f2f2; padding: 0 0.3em; border-radius: 3px; }
+table.board { border-collapse: collapse; margin: 1em 0; font-variant-numeric: tabular-nums; }
+table.board th, table.board td { padding: 0.25em 0.6em; border-bottom: 1px solid #e4e4e4;
+                                 text-align: left; white-space: nowrap; vertical-align: top; }
+table.board td.wrap { white-space: normal; min-width: 8em; max-width: 24em; }
+.scroll { overflow-x: auto; }
+table.board th { cursor: pointer; user-select: none; background: #f4f4f4; }
+table.board th[aria-sort=ascending]::after { content: " ▲"; }
+table.board th[aria-sort=descending]::after { content: " ▼"; }
+table.board tbody tr:hover { background: #f7fbff; }
+.plot { width: 100%; min-height: 380px; }
+"""
+
+# Sorting: numbers by value (first click: largest first), text alphabetically; plots: drawn
+# from the inlined JSON.
+_SCRIPT = """
+function sortTable(table, column, th) {
+  const body = table.tBodies[0];
+  const rows = Array.from(body.rows);
+  const key = (row) => row.cells[column].dataset.sort;
+  const numeric = rows.every((row) => key(row) === "" || !isNaN(Number(key(row))));
+  const previous = th.getAttribute("aria-sort");
+  const descending = previous ? previous === "ascending" : numeric;
+  table.querySelectorAll("th").forEach((h) => h.removeAttribute("aria-sort"));
+  th.setAttribute("aria-sort", descending ? "descending" : "ascending");
+  rows.sort((a, b) => {
+    const x = key(a), y = key(b);
+    if (x === "" || y === "") return (x === "") - (y === "");  // missing values last
+    const order = numeric ? Number(x) - Number(y) : x.localeCompare(y);
+    return descending ? -order : order;
+  });
+  rows.forEach((row) => body.appendChild(row));
+}
+document.querySelectorAll("table.board").forEach((table) => {
+  table.querySelectorAll("th").forEach((th, column) => {
+    th.addEventListener("click", () => sortTable(table, column, th));
+    th.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" || event.key === " ") sortTable(table, column, th);
+    });
+  });
+});
+document.querySelectorAll("script[data-for]").forEach((data) => {
+  const figure = JSON.parse(data.textContent);
+  Plotly.newPlot(data.dataset.for, figure.data, figure.layout,
+                 {responsive: true, displaylogo: false});
+});
+"""

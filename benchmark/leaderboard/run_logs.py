@@ -1,0 +1,98 @@
+"""What a leaderboard's runs logged: s_p / s_n per training step and the final (s_n, s_p) per query.
+
+Read from the run folders that the results rows name (`run_dir`): the CSVLogger's `metrics.csv`
+(`train/sp_mean`, `train/sn_mean` per step) and `similarities.npz` (`sp`: lowest positive, `sn`:
+highest negative similarity of each test query), like Fig. 4 and Fig. 5 of the Circle loss
+paper. Runs whose folder is absent (made on another machine) are left out. The PNG plots
+(`plots.py`), the HTML report (`report.py`) and the W&B dashboard (`dashboard.py`) read them here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+CURVES = ("train/sp_mean", "train/sn_mean")
+SMOOTHING = 50  # per-step batch statistics are noisy: a running mean over 1/50 of the steps
+
+
+def experiments(rows: pd.DataFrame) -> pd.Series:
+    """The experiment (`<group>/<config stem>`) of each row: its cell id without the seed."""
+    return rows["cell_id"].str.rsplit("/", n=1).str[0]
+
+
+def training_curves(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Per experiment with logs: `train/sp_mean`, `train/sn_mean` by step, mean over its seeds,
+    smoothed over 1/`SMOOTHING` of the steps; indexed by step."""
+    curves = {}
+    for name, cells in runs.groupby(experiments(runs), sort=False):
+        logs = [_metrics_log(Path(str(d))) for d in cells.get("run_dir", []) if str(d)]
+        logs = [log for log in logs if log is not None]
+        if logs:
+            curve = pd.concat(logs).groupby("step").mean()
+            window = max(1, len(curve) // SMOOTHING)
+            curves[str(name)] = curve.rolling(window, min_periods=1).mean()
+    return curves
+
+
+def _metrics_log(run_dir: Path) -> pd.DataFrame | None:
+    path = run_dir / "metrics.csv"
+    if not path.is_file():
+        return None
+    log = pd.read_csv(path)
+    columns = ["step", *CURVES]
+    if not set(columns) <= set(log.columns):
+        return None
+    return log[columns].dropna()
+
+
+def logged_columns(runs: pd.DataFrame) -> set[str]:
+    """Every key that the runs' `metrics.csv` files hold (`val/R@1`, `train/sp_mean`, ...)."""
+    columns: set[str] = set()
+    for run_dir in runs.get("run_dir", []):
+        path = Path(str(run_dir)) / "metrics.csv"
+        if str(run_dir) and path.is_file():
+            columns |= set(pd.read_csv(path, nrows=0).columns)
+    return columns
+
+
+@dataclass(frozen=True)
+class FinalSimilarities:
+    """The test queries' hardest similarities of one run: `sn [Q]`, `sp [Q]` (cosines)."""
+
+    experiment: str
+    seed: int
+    loss: str
+    sn: np.ndarray
+    sp: np.ndarray
+    circle_m: float | None  # Circle loss's margin m: its decision boundary; None for other losses
+
+
+def final_similarities(runs: pd.DataFrame) -> list[FinalSimilarities]:
+    """One per experiment with a `similarities.npz`: that of its lowest seed."""
+    found = []
+    for name, cells in runs.groupby(experiments(runs), sort=False):
+        cells = cells.sort_values("seed", key=lambda s: s.astype(int))
+        for _, cell in cells.iterrows():
+            npz = Path(str(cell.get("run_dir", ""))) / "similarities.npz"
+            if str(cell.get("run_dir", "")) and npz.is_file():
+                with np.load(npz) as data:
+                    sn, sp = data["sn"], data["sp"]
+                loss, m = str(cell.get("loss", "")), circle_margin(cell)
+                found.append(FinalSimilarities(str(name), int(cell["seed"]), loss, sn, sp, m))
+                break
+    return found
+
+
+def circle_margin(cell: pd.Series) -> float | None:
+    """m of a Circle loss row (from `loss_params`); None for any other loss."""
+    if cell.get("loss") != "CircleLoss":
+        return None
+    try:
+        return float(json.loads(cell.get("loss_params") or "{}")["m"])
+    except (KeyError, TypeError, ValueError):
+        return None
