@@ -6,6 +6,7 @@ For a query with R positives at 1-based positions p_1 < … < p_R of its ranking
     AP           = (1/R) Σ_k k / p_k                            (mAP = mean over queries)
     MAP@R        = (1/R) Σ_{k : p_k ≤ R} k / p_k                (Musgrave et al., 2020)
     R-Precision  = #{k : p_k ≤ R} / R                           (Musgrave et al., 2020)
+    INP          = R / p_R                                      (mINP = mean; Ye et al., 2021)
 
 Each is averaged over the queries that have at least one positive. NMI is computed from the
 embeddings (k-means), not from the ranks. The evaluator, the results rows, the leaderboard's
@@ -53,6 +54,10 @@ class Positions:
         """p_1 of every counted query [Q']."""
         return self.pos[self.counts.cumsum(0) - self.counts]
 
+    def last(self) -> Tensor:
+        """p_R, the hardest positive's position, of every counted query [Q']."""
+        return self.pos[self.counts.cumsum(0) - 1]
+
     def mean_over_queries(self, per_position: Tensor) -> float:
         """Mean over queries of (1/R) Σ per_position; 0.0 when no query counts."""
         if self.n_queries == 0:
@@ -78,6 +83,12 @@ def _map_at_r(p: Positions, ks: Sequence[int]) -> dict[str, float]:
 
 def _r_precision(p: Positions, ks: Sequence[int]) -> dict[str, float]:
     return {"R-Precision": p.mean_over_queries((p.pos <= p.r).to(torch.float64))}
+
+
+def _inverse_negative_penalty(p: Positions, ks: Sequence[int]) -> dict[str, float]:
+    if p.n_queries == 0:
+        return {"mINP": 0.0}
+    return {"mINP": (p.counts.to(torch.float64) / p.last()).mean().item()}
 
 
 @dataclass(frozen=True)
@@ -116,10 +127,14 @@ METRICS: tuple[Metric, ...] = (
     Metric("mAP", "mAP", _average_precision),
     Metric("MAP@R", "MAP@R", _map_at_r),
     Metric("R-Precision", "R-Precision", _r_precision),
+    # Ye et al. (TPAMI 2021) define mINP for re-ID; the formula needs only the positives'
+    # positions, so it means the same under same_set (R = the query's class size - 1).
+    Metric("mINP", "mINP", _inverse_negative_penalty),
     Metric("NMI", "NMI", None),
 )
 METRIC_NAMES = tuple(m.name for m in METRICS)
-DEFAULT_METRICS = ("recall", "mAP", "MAP@R", "R-Precision")  # NMI runs k-means: opt in
+# NMI runs k-means and mINP is new: opt in (existing rows and leaderboards keep their columns).
+DEFAULT_METRICS = ("recall", "mAP", "MAP@R", "R-Precision")
 
 
 def metric(name: str) -> Metric:

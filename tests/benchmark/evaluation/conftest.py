@@ -33,11 +33,11 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
 
 
 def evaluator(protocol: str, ks=(1, 2, 4), path: str = "float32", **kwargs) -> RetrievalEvaluator:
-    """RetrievalEvaluator on `path` (see PATHS) with the four ranking metrics."""
+    """RetrievalEvaluator on `path` (see PATHS) with the five ranking metrics."""
     backend = "faiss" if path == "faiss" else "torch"
     device = "cuda" if path.startswith("cuda-") else "cpu"
     name = path.removeprefix("cuda-").replace("-emulated", "").replace("-numpy", "")
-    metrics = ("recall", "mAP", "MAP@R", "R-Precision")
+    metrics = ("recall", "mAP", "MAP@R", "R-Precision", "mINP")
     return RetrievalEvaluator(
         protocol,
         ks,

@@ -55,6 +55,7 @@ def brute_force(q, ql, g, gl, qc=None, gc=None, *, same_set: bool, ks=(1, 2, 4))
         row["mAP"] = sum((k + 1) / p for k, p in enumerate(positions)) / r
         row["MAP@R"] = sum((k + 1) / p for k, p in enumerate(positions) if p <= r) / r
         row["R-Precision"] = sum(p <= r for p in positions) / r
+        row["mINP"] = r / positions[-1]  # INP: R over the hardest (last) positive's position
         per_query.append(row)
     skipped = len(q) - len(per_query)
     return {key: float(np.mean([row[key] for row in per_query])) for key in per_query[0]}, skipped
@@ -158,6 +159,7 @@ def test_hand_computed_ranking_pos_neg_pos() -> None:
     assert got["mAP"] == pytest.approx((1 / 1 + 2 / 3) / 2)
     assert got["MAP@R"] == pytest.approx((1 / 1) / 2)  # R = 2: only position 1 is within R
     assert got["R-Precision"] == pytest.approx(1 / 2)
+    assert got["mINP"] == pytest.approx(2 / 3)  # R = 2 positives, the last at position 3
     assert (got["R@1"], got["R@2"]) == (1.0, 1.0)
 
 
@@ -169,6 +171,7 @@ def test_hand_computed_ranking_neg_pos_neg_pos() -> None:
     assert got["mAP"] == pytest.approx((1 / 2 + 2 / 4) / 2)
     assert got["MAP@R"] == pytest.approx((1 / 2) / 2)
     assert got["R-Precision"] == pytest.approx(1 / 2)
+    assert got["mINP"] == pytest.approx(2 / 4)
     assert (got["R@1"], got["R@2"], got["R@4"]) == (0.0, 1.0, 1.0)
 
 
@@ -186,9 +189,10 @@ def test_same_camera_same_id_is_excluded_and_junk_ignored() -> None:
     gl, gc = torch.tensor([0, 0, 2, -1]), torch.tensor([0, 1, 0, 1])
     ev = evaluator("query_gallery", ks=(1,))
     with_cams = ev.evaluate(q, ql, g, gl, qc, gc)  # ranking: neg 0.8, pos 0.6
-    assert (with_cams["R@1"], with_cams["mAP"]) == (0.0, 1 / 2)
+    assert (with_cams["R@1"], with_cams["mAP"], with_cams["mINP"]) == (0.0, 1 / 2, 1 / 2)
     without = ev.evaluate(q, ql, g, gl)  # ranking: pos 1, neg 0.8, pos 0.6
     assert without["mAP"] == pytest.approx((1 + 2 / 3) / 2)
+    assert without["mINP"] == pytest.approx(2 / 3)  # the junk item at 0.99995 is not a negative
 
 
 def test_same_set_hand_computed_with_singleton_skipped() -> None:

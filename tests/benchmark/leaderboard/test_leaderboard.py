@@ -140,6 +140,19 @@ def test_markdown_shows_paper_numbers_only_for_declared_datasets() -> None:
     assert "paper 66.7" not in plain
 
 
+def test_a_registered_metric_in_the_rows_reaches_the_board_and_its_table() -> None:
+    """mINP is one registry entry: aggregation and Markdown find it there, in registry order."""
+    seeds = [row(f"syn/circle/seed{s}", s, 60.0, mINP=20 + 10 * s) for s in (0, 1)]
+    rows = frame(*seeds)
+    rows["mINP"] = rows["mINP"].astype(float)
+    board = aggregate_rows(rows)
+    assert board.loc[0, "mINP_mean"] == 25.0
+    text = leaderboard_markdown(board, title="T", description="", paper=pd.DataFrame(),
+                                paper_datasets={})  # fmt: skip
+    assert "| seeds | R@1 | R@2 | mAP | mINP | s/run |" in text
+    assert f"| 25.00 ± {stats.t.ppf(0.975, 1) * 5:.2f} | 3 |" in text  # s = 5√2, n = 2
+
+
 def boards(committed_r1: float, regenerated_r1: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     old = aggregate_rows(frame(row("syn/circle/seed0", 0, committed_r1))).assign(requires="")
     new = aggregate_rows(frame(row("syn/circle/seed0", 0, regenerated_r1))).assign(requires="")

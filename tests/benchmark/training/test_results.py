@@ -72,6 +72,16 @@ def test_a_row_with_new_metrics_widens_the_header_and_keeps_old_rows(tmp_path: P
     ]
 
 
+def test_a_registered_metric_gets_its_registry_place_among_the_columns(tmp_path: Path) -> None:
+    append_row(tmp_path / "runs.csv", make_row(mINP=12.5, **{"R@1": 50.0}))
+    with open(tmp_path / "runs.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        (row,) = list(reader)
+    names = list(reader.fieldnames or [])
+    assert names[names.index("R-Precision") + 1 : names.index("eval_backend")] == ["mINP"]
+    assert row["mINP"] == "12.5"
+
+
 def _append_many(path: str, worker: int, count: int) -> None:
     for i in range(count):
         append_row(path, make_row(f"w{worker}-{i}"))
