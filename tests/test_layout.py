@@ -12,6 +12,7 @@ PACKAGES = ("benchmark", "datamodules", "losses", "samplers")
 # Layers, top to bottom: a module may import its own layer or any layer below it.
 LAYERS = {
     "benchmark.cli": 5,
+    "benchmark.embedders": 5,  # the old class_path, an alias of benchmark.training.embedders
     "benchmark.leaderboard": 4,
     "benchmark.bench": 4,
     "benchmark.data": 4,

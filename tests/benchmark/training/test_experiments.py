@@ -95,3 +95,14 @@ def test_unknown_keys_are_errors(capsys: pytest.CaptureFixture[str]) -> None:
             "--config", str(EXPERIMENTS / "cub200" / "circle.yaml"), "--model.loss.init_args.gama=1"
         )
     assert "gama" in capsys.readouterr().err
+
+
+def test_the_old_embedder_class_path_still_parses(tmp_path) -> None:
+    """Configs saved before the role packages name benchmark.embedders.Embedder."""
+    config = EXPERIMENTS / "synthetic" / "fine_grained" / "circle.yaml"
+    old = tmp_path / "old.yaml"
+    old.write_text(
+        config.read_text().replace("benchmark.training.embedders", "benchmark.embedders")
+    )
+    embedder = parse("--config", str(old))["model"]["embedder"]
+    assert embedder["class_path"] == "benchmark.embedders.Embedder"
