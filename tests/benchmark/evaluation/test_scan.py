@@ -101,6 +101,7 @@ def metrics_from_positions(positions: list, ks) -> dict[str, float]:
         row["mAP"] = float((k / p).mean())
         row["MAP@R"] = float((k / p * (p <= r)).sum() / r)
         row["R-Precision"] = float((p <= r).sum() / r)
+        row["mINP"] = float(r / p[-1])  # R over the position of the hardest positive
         rows.append(row)
     return {key: float(np.mean([row[key] for row in rows])) for key in rows[0]}
 
