@@ -1,6 +1,6 @@
 """Atomic file writes: a reader never sees a half-written file and a crash never truncates one.
 
-Every results file (rows, `similarities.npz`, checkpoints, the leaderboard's CSV, markdown and
+Every results file (rows, `similarities.npz`, the leaderboard's CSV, markdown and
 fingerprint) is written through `replaced`.
 """
 

@@ -11,6 +11,7 @@ resumes that run.
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,6 @@ import torch
 import yaml
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import SIGTERMException
-
-from benchmark.training.atomic import replaced
 
 LAST, BEST, INTERRUPTED = "last.ckpt", "best.ckpt", "interrupted.ckpt"
 # Data arguments that change where or how fast data is read, not what is trained or tested,
@@ -56,8 +55,11 @@ class LastCheckpoint(ModelCheckpoint):
         if trainer.sanity_checking or self.dirpath is None:
             return
         path = Path(self.dirpath) / name
-        with replaced(path) as tmp:  # a kill during the write leaves the previous file
-            trainer.save_checkpoint(tmp)
+        tmp = path.with_name(f".{name}.tmp")  # one name on every rank
+        trainer.save_checkpoint(tmp)  # every DDP rank takes part; rank 0 writes the file
+        if trainer.is_global_zero:  # a kill during the write leaves the previous file
+            os.replace(tmp, path)
+        trainer.strategy.barrier()
 
 
 def checkpoint_callbacks(validated: bool) -> list[Callback]:
