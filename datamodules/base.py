@@ -11,7 +11,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import pytorch_lightning as pl
 import torch
@@ -19,10 +19,10 @@ from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from benchmark.evaluation.sets import RetrievalProtocol
 from datamodules.transforms import fine_grained_transform, reid_transform
 from samplers import PKSampler, SamplerMode
 
-Protocol = Literal["same_set", "query_gallery"]
 ImageSize = int | tuple[int, int]
 
 
@@ -97,7 +97,9 @@ def query_gallery_split(split: Split, *, seed: int) -> tuple[Split, Split]:
     return split.subset(query), split.subset([i for i in range(len(split)) if i not in chosen])
 
 
-def carve_validation(train: Split, num_classes: int, *, seed: int, protocol: Protocol) -> Splits:
+def carve_validation(
+    train: Split, num_classes: int, *, seed: int, protocol: RetrievalProtocol
+) -> Splits:
     """Move `num_classes` random training classes (chosen by `seed`) into a validation split.
 
     Returns `Splits` whose `train` is the remaining training split (relabelled 0..C-1) and whose
@@ -183,7 +185,7 @@ class RetrievalDataModule(pl.LightningDataModule):
     """
 
     dataset_name: ClassVar[str]
-    protocol: ClassVar[Protocol]
+    protocol: ClassVar[RetrievalProtocol]
     default_recall_ks: ClassVar[tuple[int, ...]]
     # What the model trains on: images through a backbone it fine-tunes ("end-to-end"), or
     # cached features of a frozen one ("frozen", `datamodules.CachedFeatureDataModule`).

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 
 from datamodules._files import DatasetInfo, check_images_present
 from datamodules._mat import mat_variable, number_field, struct_field
-from datamodules.base import Protocol, RetrievalDataModule, Split, Splits
+from datamodules.base import RetrievalDataModule, RetrievalProtocol, Split, Splits
 
 INFO = DatasetInfo(
     name="cars196",
@@ -105,7 +105,7 @@ class Cars196DataModule(RetrievalDataModule):
     """
 
     dataset_name: ClassVar[str] = "cars196"
-    protocol: ClassVar[Protocol] = "same_set"
+    protocol: ClassVar[RetrievalProtocol] = "same_set"
     default_recall_ks: ClassVar[tuple[int, ...]] = (1, 2, 4, 8)
     info: ClassVar[DatasetInfo] = INFO
 

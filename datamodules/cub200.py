@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from datamodules._files import DatasetInfo, check_images_present, read_rows, resolve_root
-from datamodules.base import Protocol, RetrievalDataModule, Split, Splits
+from datamodules.base import RetrievalDataModule, RetrievalProtocol, Split, Splits
 
 INFO = DatasetInfo(
     name="cub200",
@@ -78,7 +78,7 @@ class CUB200DataModule(RetrievalDataModule):
     """
 
     dataset_name: ClassVar[str] = "cub200"
-    protocol: ClassVar[Protocol] = "same_set"
+    protocol: ClassVar[RetrievalProtocol] = "same_set"
     default_recall_ks: ClassVar[tuple[int, ...]] = (1, 2, 4, 8)
     info: ClassVar[DatasetInfo] = INFO
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from datamodules._files import DatasetInfo, check_images_present, resolve_root
-from datamodules.base import ImageSize, Protocol, RetrievalDataModule, Split, Splits
+from datamodules.base import ImageSize, RetrievalDataModule, RetrievalProtocol, Split, Splits
 
 INFO = DatasetInfo(
     name="market1501",
@@ -73,7 +73,7 @@ class Market1501DataModule(RetrievalDataModule):
     """
 
     dataset_name: ClassVar[str] = "market1501"
-    protocol: ClassVar[Protocol] = "query_gallery"
+    protocol: ClassVar[RetrievalProtocol] = "query_gallery"
     default_recall_ks: ClassVar[tuple[int, ...]] = (1, 5, 10)
     info: ClassVar[DatasetInfo] = INFO
     official_counts: ClassVar[dict[str, tuple[int, int]]] = INFO.counts

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from datamodules._files import DatasetInfo, check_images_present, read_rows, resolve_root
-from datamodules.base import ImageSize, Protocol, RetrievalDataModule, Split, Splits
+from datamodules.base import ImageSize, RetrievalDataModule, RetrievalProtocol, Split, Splits
 
 INFO = DatasetInfo(
     name="msmt17",
@@ -97,7 +97,7 @@ class MSMT17DataModule(RetrievalDataModule):
     """
 
     dataset_name: ClassVar[str] = "msmt17"
-    protocol: ClassVar[Protocol] = "query_gallery"
+    protocol: ClassVar[RetrievalProtocol] = "query_gallery"
     default_recall_ks: ClassVar[tuple[int, ...]] = (1, 5, 10)
     info: ClassVar[DatasetInfo] = INFO
 

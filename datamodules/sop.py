@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from datamodules._files import DatasetInfo, check_images_present, read_rows, resolve_root
-from datamodules.base import Protocol, RetrievalDataModule, Split, Splits
+from datamodules.base import RetrievalDataModule, RetrievalProtocol, Split, Splits
 
 INFO = DatasetInfo(
     name="sop",
@@ -62,7 +62,7 @@ class SOPDataModule(RetrievalDataModule):
     """
 
     dataset_name: ClassVar[str] = "sop"
-    protocol: ClassVar[Protocol] = "same_set"
+    protocol: ClassVar[RetrievalProtocol] = "same_set"
     default_recall_ks: ClassVar[tuple[int, ...]] = (1, 10, 100, 1000)
     info: ClassVar[DatasetInfo] = INFO
     official_counts: ClassVar[dict[str, tuple[int, int]]] = INFO.counts

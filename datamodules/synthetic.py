@@ -17,8 +17,8 @@ from torch.utils.data import Dataset
 from datamodules._render import camera_look, class_look, render_image
 from datamodules.base import (
     ImageSize,
-    Protocol,
     RetrievalDataModule,
+    RetrievalProtocol,
     Split,
     Splits,
     query_gallery_split,
@@ -84,7 +84,7 @@ class SyntheticDataModule(RetrievalDataModule):
     """
 
     dataset_name: ClassVar[str] = "synthetic"
-    protocol: ClassVar[Protocol] = "same_set"
+    protocol: ClassVar[RetrievalProtocol] = "same_set"
     default_recall_ks: ClassVar[tuple[int, ...]] = (1, 2, 4, 8)
 
     def __init__(
