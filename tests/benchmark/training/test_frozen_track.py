@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import timm
 import torch
 
 from benchmark.cli import main
@@ -20,7 +21,6 @@ FROZEN = (
 # test_efficientnet (256 features) at 32 px on 4 images per class: about a second per run.
 TINY = [
     "--data.init_args.extractor.init_args.backbone=test_efficientnet",
-    "--data.init_args.extractor.init_args.pretrained=false",
     "--model.embedder.init_args.in_features=256",
     "--model.embedder.init_args.embedding_dim=256",
     "--data.init_args.images.init_args.image_size=32",
@@ -32,13 +32,26 @@ TINY = [
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Fixed weights for the tiny extractor: random ones would follow each run's seed (and so
+    would its features and their cache key), while a frozen backbone's weights never do."""
+    torch.manual_seed(0)
+    model = timm.create_model("test_efficientnet", pretrained=False, num_classes=0)
+    path = tmp_path_factory.mktemp("weights") / "test_efficientnet.pth"
+    torch.save(model.state_dict(), path)
+    return path
+
+
 @pytest.fixture(autouse=True)
 def _bare_argv(monkeypatch: pytest.MonkeyPatch) -> None:
     """LightningCLI warns when given args while sys.argv holds pytest's own."""
     monkeypatch.setattr(sys, "argv", ["circlebench"])
 
 
-def circlebench(tmp: Path, command: str, config: Path, *args: str) -> list[dict[str, str]]:
+def circlebench(
+    tmp: Path, weights: Path, command: str, config: Path, *args: str
+) -> list[dict[str, str]]:
     csv_path = tmp / "runs.csv"
     main(
         [
@@ -46,6 +59,7 @@ def circlebench(tmp: Path, command: str, config: Path, *args: str) -> list[dict[
             "--config",
             str(config),
             *TINY,
+            f"--data.init_args.extractor.init_args.pretrained={weights}",
             f"--data.init_args.cache_dir={tmp / 'cache'}",
             f"--results_csv={csv_path}",
             f"--trainer.default_root_dir={tmp / 'runs'}",
@@ -60,26 +74,34 @@ def circlebench(tmp: Path, command: str, config: Path, *args: str) -> list[dict[
     ("name", "extra"),
     [("circle", []), ("normface", ["--model.loss.init_args.embedding_dim=256"])],
 )
-def test_fast_dev_run_fit_on_cached_features(tmp_path: Path, name: str, extra: list[str]) -> None:
+def test_fast_dev_run_fit_on_cached_features(
+    tmp_path: Path, weights: Path, name: str, extra: list[str]
+) -> None:
     config = FROZEN / f"{name}.yaml"
-    (row,) = circlebench(tmp_path, "fit", config, "--trainer.fast_dev_run=1", *extra)
+    (row,) = circlebench(tmp_path, weights, "fit", config, "--trainer.fast_dev_run=1", *extra)
     assert row["dataset"] == "synthetic" and row["embedding_dim"] == "256"
     assert 0.0 <= float(row["R@1"]) <= 100.0
     assert len(list((tmp_path / "cache").glob("*.npy"))) == 2  # training and test features
 
 
-def test_a_second_run_reads_the_features_the_first_cached(tmp_path: Path) -> None:
+def test_a_second_run_reads_the_features_the_first_cached(tmp_path: Path, weights: Path) -> None:
     config = FROZEN / "circle.yaml"
-    circlebench(tmp_path, "fit", config, "--trainer.fast_dev_run=1")
+    circlebench(tmp_path, weights, "fit", config, "--trainer.fast_dev_run=1")
     entries = {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").glob("*.npy")}
-    rows = circlebench(tmp_path, "fit", config, "--trainer.fast_dev_run=1", "--seed_everything=1")
+    rows = circlebench(
+        tmp_path, weights, "fit", config, "--trainer.fast_dev_run=1", "--seed_everything=1"
+    )
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").glob("*.npy")} == entries
     assert len(rows) == 2 and rows[1]["seed"] == "1"
 
 
-def test_the_identity_head_tests_the_zero_shot_floor(tmp_path: Path) -> None:
+def test_the_identity_head_tests_the_zero_shot_floor(tmp_path: Path, weights: Path) -> None:
     (row,) = circlebench(
-        tmp_path, "test", FROZEN / "circle.yaml", "--model.embedder.init_args.kind=identity"
+        tmp_path,
+        weights,
+        "test",
+        FROZEN / "circle.yaml",
+        "--model.embedder.init_args.kind=identity",
     )
     (entry,) = (tmp_path / "cache").glob("*.npy")  # `test` computes the test features only
     images = SyntheticDataModule(num_train_classes=40, num_test_classes=40, images_per_class=4)
