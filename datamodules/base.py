@@ -205,7 +205,7 @@ class RetrievalDataModule(pl.LightningDataModule):
         val_classes: int = 0,
         seed: int = 0,
         batches_per_epoch: int | None = None,
-        sampler_mode: SamplerMode = "independent",
+        sampler_mode: SamplerMode = "coverage",
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=list(self.unsaved_arguments))

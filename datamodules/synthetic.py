@@ -103,7 +103,7 @@ class SyntheticDataModule(RetrievalDataModule):
         val_classes: int = 0,
         seed: int = 0,
         batches_per_epoch: int | None = None,
-        sampler_mode: SamplerMode = "independent",
+        sampler_mode: SamplerMode = "coverage",
     ) -> None:
         if mode not in ("fine_grained", "reid"):
             raise ValueError(

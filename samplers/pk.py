@@ -24,18 +24,18 @@ SamplerMode = Literal["coverage", "independent"]
 class PKSampler(Sampler[list[int]]):
     """Batch sampler yielding lists of `p * k` dataset indices: P distinct classes × K samples.
 
-    `mode="coverage"` uses every image once per epoch where class sizes allow: each class's
-    images are shuffled and dealt out in chunks of K, and each batch takes one chunk of each of P
-    distinct classes until the chunks run out. Classes are picked with probability proportional
-    to their chunks left, so large classes are spread over the whole epoch, and a class that
-    would otherwise have more chunks than the batches left is always picked. A class whose size
-    is not a multiple of K has its last chunk topped up with other images of the class; a class
-    with more chunks than can be paired with P-1 other classes in the epoch's batches loses the
-    excess (a long-tailed set), and so do the few chunks that do not fill the last batch. An
-    epoch is one such pass; a longer `batches_per_epoch` goes on with fresh ones.
+    `mode="coverage"` (the default) uses every image once per epoch where class sizes allow:
+    each class's images are shuffled and dealt out in chunks of K, and each batch takes one chunk
+    of each of P distinct classes until the chunks run out. Classes are picked with probability
+    proportional to their chunks left, so large classes are spread over the whole epoch, and a
+    class that would otherwise have more chunks than the batches left is always picked. A class
+    whose size is not a multiple of K has its last chunk topped up with other images of the
+    class; a class with more chunks than can be paired with P-1 other classes in the epoch's
+    batches loses the excess (a long-tailed set), and so do the few chunks that do not fill the
+    last batch. An epoch is one such pass; a longer `batches_per_epoch` goes on with fresh ones.
 
-    `mode="independent"` (the default) draws each batch afresh: classes are visited by cycling
-    random permutations of all classes, so over an epoch every class appears in as many batches
+    `mode="independent"` draws each batch afresh: classes are visited by cycling random
+    permutations of all classes, so over an epoch every class appears in as many batches
     as every other, give or take one, and each class's K samples are drawn without replacement
     from all its images, independently of the other batches, so an epoch of the default length
     sees about 63 % of the images of a balanced set.
@@ -69,7 +69,7 @@ class PKSampler(Sampler[list[int]]):
         k: int,
         seed: int = 0,
         *,
-        mode: SamplerMode = "independent",
+        mode: SamplerMode = "coverage",
         num_replicas: int | None = None,
         rank: int | None = None,
         small_classes: SmallClasses = "replace",

@@ -143,8 +143,8 @@ def test_sampler_mode_reaches_the_sampler(tmp_path: Path, mode: str) -> None:
         assert len(batches) == 36 // 12
 
 
-def test_sampler_mode_defaults_to_independent(tmp_path: Path) -> None:
-    assert make_dm(tmp_path).train_dataloader().batch_sampler.mode == "independent"
+def test_sampler_mode_defaults_to_coverage(tmp_path: Path) -> None:
+    assert make_dm(tmp_path).train_dataloader().batch_sampler.mode == "coverage"
 
 
 def test_workers_are_persistent(tmp_path: Path) -> None:

@@ -170,8 +170,8 @@ def test_config_reaches_dataset_and_common_arguments() -> None:
     assert config.class_path == "datamodules.MSMT17DataModule"
     assert (config.init_args.include_val, config.init_args.p) == (True, 4)
     assert config.init_args.image_size == (256, 128)
-    assert config.init_args.sampler_mode == "independent"
-    mode = parser.parse_args([*argv, "--data.init_args.sampler_mode=coverage"]).data
-    assert mode.init_args.sampler_mode == "coverage"
+    assert config.init_args.sampler_mode == "coverage"
+    mode = parser.parse_args([*argv, "--data.init_args.sampler_mode=independent"]).data
+    assert mode.init_args.sampler_mode == "independent"
     with pytest.raises(SystemExit):  # a Literal: anything else is refused with the choices
         parser.parse_args([*argv, "--data.init_args.sampler_mode=balanced"])

@@ -237,3 +237,7 @@ def test_small_classes_skip_leaves_them_out_and_replace_repeats(mode: SamplerMod
 def test_bad_arguments_raise(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         PKSampler(**kwargs)
+
+
+def test_the_default_mode_is_coverage() -> None:
+    assert PKSampler([0, 0, 1, 1], p=2, k=2).mode == "coverage"
