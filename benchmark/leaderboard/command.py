@@ -29,6 +29,8 @@ from benchmark.leaderboard.runner import (
     CellRunner,
     CellSettings,
     RunSummary,
+    fork_available,
+    fork_runner,
     in_process_runner,
     run_cells,
     subprocess_runner,
@@ -39,7 +41,12 @@ from benchmark.training.atomic import write_text
 from benchmark.training.results import read_results
 
 DEFAULT_TOLERANCE = 1.0  # percentage points: one flipped query of 160; README says why
-RUNNERS: dict[str, CellRunner] = {"subprocess": subprocess_runner, "in-process": in_process_runner}
+RUNNERS: dict[str, CellRunner] = {
+    "fork": fork_runner,
+    "subprocess": subprocess_runner,
+    "in-process": in_process_runner,
+}
+DEFAULT_ISOLATION = "fork" if fork_available() else "subprocess"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,8 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--isolation",
         choices=sorted(RUNNERS),
-        default="subprocess",
-        help="run each cell in a fresh interpreter (default) or in this one",
+        default=DEFAULT_ISOLATION,
+        help="each cell in a process forked from a server that imported the training code once "
+        "(default where the platform can fork), in a fresh interpreter, or in this one",
     )
     return parser
 
@@ -89,15 +97,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.jobs is not None and (
-        args.jobs < 1 or (args.jobs > 1 and args.isolation != "subprocess")
+        args.jobs < 1 or (args.jobs > 1 and args.isolation == "in-process")
     ):
-        parser.error(f"--jobs must be 1, or more with --isolation subprocess; got {args.jobs}")
+        parser.error(f"--jobs must be 1, or more without --isolation in-process; got {args.jobs}")
     try:
         suite = load_suite(args.suite, Path("."), args.seeds)
     except (KeyError, ValueError, FileNotFoundError) as error:
         parser.error(str(error.args[0]))
     if args.jobs is None:
-        args.jobs = default_jobs(suite.threads) if args.isolation == "subprocess" else 1
+        args.jobs = default_jobs(suite.threads) if args.isolation != "in-process" else 1
     console = terminal_console()
     runner = RUNNERS[args.isolation]
     if args.check:
@@ -195,19 +203,27 @@ def check(
     console: Console,
     jobs: int = 1,
 ) -> None:
-    """Regenerate the suite in a temporary folder and compare with the committed leaderboard."""
+    """Regenerate the suite in a temporary folder and compare with the committed leaderboard.
+
+    With the suite's `check_seeds`, only those seeds' cells are rerun, and they are compared with
+    the committed rows of the same cells, aggregated the same way.
+    """
     committed_csv = results_dir / suite.output / "leaderboard.csv"
     if not committed_csv.is_file():
         raise SystemExit(
             f"--check: no committed leaderboard at {committed_csv}; run "
             f"`circlebench leaderboard --suite {suite.name}` and commit its files first"
         )
+    checked = suite.restricted_to(suite.check_seeds) if suite.check_seeds else suite
     scratch = Path(tempfile.mkdtemp(prefix=f"circlebench-check-{suite.name}-"))
-    _, summary = build(suite, scratch, runner, console, wandb=False, jobs=jobs)  # logs nothing
+    if checked is not suite:
+        committed_csv = _committed_subset(checked, results_dir, scratch / "committed", console)
+        console.print(f"--check: rerunning the cells of seeds {list(checked.seeds)} only")
+    _, summary = build(checked, scratch, runner, console, wandb=False, jobs=jobs)  # logs nothing
     fresh_csv = scratch / suite.output / "leaderboard.csv"
     committed = read_leaderboard(committed_csv)
     fresh = read_leaderboard(fresh_csv) if fresh_csv.is_file() else committed[:0]
-    made_with, here = numerics.read(committed_csv.parent), numerics.fingerprint()
+    made_with, here = numerics.read(results_dir / suite.output), numerics.fingerprint()
     same_machine = made_with == here
     report = compare(
         committed, fresh, tolerance=tolerance, skipped=summary.skipped, same_numerics=same_machine
@@ -225,6 +241,21 @@ def check(
     if not report.ok:
         raise SystemExit(f"leaderboard check failed; regenerated files kept in {scratch}")
     shutil.rmtree(scratch)
+
+
+def _committed_subset(suite: Suite, results_dir: Path, scratch: Path, console: Console) -> Path:
+    """The leaderboard of the committed rows of `suite`'s cells, aggregated in `scratch`."""
+    rows_csv = results_dir / "suites" / suite.name / "rows.csv"
+    if not rows_csv.is_file():
+        raise SystemExit(
+            f"--check with check_seeds needs the committed rows at {rows_csv}; run "
+            f"`circlebench leaderboard --suite {suite.name}` and commit that file too"
+        )
+    work = scratch / "suites" / suite.name
+    work.mkdir(parents=True)
+    shutil.copyfile(rows_csv, work / "rows.csv")
+    build(suite, scratch, in_process_runner, console, run=False, wandb=False)
+    return scratch / suite.output / "leaderboard.csv"
 
 
 def log_wandb_table(board: pd.DataFrame, suite: Suite, work: Path, console: Console) -> None:

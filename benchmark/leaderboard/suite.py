@@ -7,6 +7,7 @@ seeds: [0, 1]                       # every cell runs once per seed
 overrides: [--trainer.max_epochs=3] # appended to every cell's `circlebench fit` command line
 output: .                           # leaderboard files go to <results-dir>/<output>
 threads: 1                          # optional: CPU threads per cell (results depend on it)
+check_seeds: [0]                    # optional: `--check` reruns only these seeds' cells
 groups:
   synthetic_fine_grained:           # group name: a heading of the leaderboard
     configs: experiments/synthetic/*.yaml   # a glob or a list of paths (repository-relative)
@@ -36,7 +37,7 @@ from typing import Literal
 import yaml
 
 SUITES_DIR = Path("experiments/suites")
-_SUITE_KEYS = {"description", "seeds", "overrides", "output", "threads", "groups"}
+_SUITE_KEYS = {"description", "seeds", "overrides", "output", "threads", "groups", "check_seeds"}
 _GROUP_KEYS = {"configs", "overrides", "config_overrides", "requires", "paper_dataset", "floor"}
 _GROUP_KEYS |= {"seeds"}
 FLOOR = "floor"  # the config stem of a group's floor cells
@@ -97,6 +98,22 @@ class Suite:
     output: Path
     threads: int | None
     groups: tuple[Group, ...]
+    check_seeds: tuple[int, ...] | None = None  # None: `--check` reruns every cell
+
+    def restricted_to(self, seeds: tuple[int, ...]) -> Suite:
+        """This suite with only the cells of `seeds` (in groups that run them)."""
+        groups = tuple(
+            dataclasses.replace(
+                g,
+                seeds=tuple(
+                    s for s in (g.seeds if g.seeds is not None else self.seeds) if s in seeds
+                ),
+            )
+            for g in self.groups
+        )
+        return dataclasses.replace(
+            self, seeds=tuple(s for s in self.seeds if s in seeds), groups=groups
+        )
 
     def cells(self) -> list[Cell]:
         """Every cell, group by group (its floor first), config by config, seed by seed."""
@@ -143,6 +160,9 @@ def load_suite(name: str, root: Path = Path("."), seeds: list[int] | None = None
         output=Path(spec.get("output", f"suites/{name}")),
         threads=spec.get("threads"),
         groups=groups,
+        check_seeds=_seeds(spec["check_seeds"], f"{path}: check_seeds")
+        if "check_seeds" in spec
+        else None,
     )
     if suite.threads is not None and (not isinstance(suite.threads, int) or suite.threads < 1):
         raise ValueError(f"{path}: threads must be a positive integer, got {suite.threads!r}")

@@ -316,7 +316,7 @@ def test_suite_errors_name_the_problem(project: Path, capsys: pytest.CaptureFixt
     assert "choose one of ['t']" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         leaderboard.main(["--suite", "t", "--jobs", "2", "--isolation", "in-process"])
-    assert "--jobs must be 1, or more with --isolation subprocess" in capsys.readouterr().err
+    assert "--jobs must be 1, or more without --isolation in-process" in capsys.readouterr().err
     suite_file = project / "experiments/suites/t.yaml"
     suite_file.write_text("groups:\n  syn: {configs: experiments/syn/*.yml}\n")
     with pytest.raises(FileNotFoundError, match=r"no config matches 'experiments/syn/\*.yml'"):
@@ -333,7 +333,7 @@ def test_suite_errors_name_the_problem(project: Path, capsys: pytest.CaptureFixt
 
 def test_suite_runs_once_then_resumes(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[list[str]] = []
-    monkeypatch.setitem(leaderboard.RUNNERS, "subprocess", fake_fit(calls))
+    monkeypatch.setitem(leaderboard.RUNNERS, leaderboard.DEFAULT_ISOLATION, fake_fit(calls))
     leaderboard.main(["--suite", "t", "--no-wandb"])
     assert [a[a.index("--cell_id") + 1] for a in calls] == [
         "syn/circle/seed0", "syn/circle/seed1", "syn/triplet/seed0", "syn/triplet/seed1",
@@ -361,7 +361,7 @@ def test_check_regenerates_and_compares(
     project: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
 ) -> None:
     calls: list[list[str]] = []
-    monkeypatch.setitem(leaderboard.RUNNERS, "subprocess", fake_fit(calls))
+    monkeypatch.setitem(leaderboard.RUNNERS, leaderboard.DEFAULT_ISOLATION, fake_fit(calls))
     leaderboard.main(["--suite", "t", "--no-wandb"])
     leaderboard.main(["--suite", "t", "--check", "--no-wandb", "--jobs", "2"])
     assert len(calls) == 8  # the check reran every cell in a temporary folder
@@ -381,6 +381,32 @@ def test_check_regenerates_and_compares(
     board.to_csv(committed, index=False)  # the +0.6 pp again (folding rewrote the board)
     leaderboard.main(["--suite", "t", "--check", "--tolerance", "0.5", "--no-wandb"])
     assert "committed 0123456789ab" in capfd.readouterr().out
+
+
+def test_check_seeds_rerun_those_cells_against_their_committed_rows(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    suite_file = project / "experiments/suites/t.yaml"
+    suite_file.write_text("check_seeds: [1]\n" + suite_file.read_text())
+    calls: list[list[str]] = []
+    monkeypatch.setitem(leaderboard.RUNNERS, leaderboard.DEFAULT_ISOLATION, fake_fit(calls))
+    leaderboard.main(["--suite", "t", "--no-wandb"])
+    leaderboard.main(["--suite", "t", "--check", "--no-wandb"])
+    assert [a[a.index("--cell_id") + 1] for a in calls[4:]] == [
+        "syn/circle/seed1", "syn/triplet/seed1",
+    ]  # fmt: skip
+    rows_csv = project / "results/suites/t/rows.csv"
+    rows = pd.read_csv(rows_csv)
+    rows.loc[rows["cell_id"] == "syn/circle/seed0", "R@1"] += 5  # not rerun: not compared
+    rows.to_csv(rows_csv, index=False)
+    leaderboard.main(["--suite", "t", "--check", "--no-wandb"])
+    rows.loc[rows["cell_id"] == "syn/circle/seed1", "R@1"] += 5
+    rows.to_csv(rows_csv, index=False)
+    with pytest.raises(SystemExit, match="leaderboard check failed"):
+        leaderboard.main(["--suite", "t", "--check", "--no-wandb"])
+    rows_csv.unlink()
+    with pytest.raises(SystemExit, match="check_seeds needs the committed rows"):
+        leaderboard.main(["--suite", "t", "--check", "--no-wandb"])
 
 
 def test_plots_are_written_from_logs(tmp_path: Path) -> None:
