@@ -178,7 +178,10 @@ class RetrievalDataModule(pl.LightningDataModule):
         eval_batch_size: batch size of the evaluation loaders.
         val_classes: number of training classes held out as a class-disjoint validation split
             (chosen by `seed`); 0 for none.
-        seed: seed of the P-K sampler and of the validation split.
+        seed: seed of the P-K sampler and of the validation split. None (the default): under
+            `circlebench`, the run's `seed_everything`, so that runs with different seeds see
+            different batches (and validation classes) as well as different initialisations;
+            0 elsewhere.
         batches_per_epoch: training batches per epoch and rank; default one pass.
         sampler_mode: `PKSampler`'s `mode`: `coverage` (every training image once per epoch
             where class sizes allow) or `independent` (each batch drawn afresh).
@@ -203,7 +206,7 @@ class RetrievalDataModule(pl.LightningDataModule):
         num_workers: int = 4,
         eval_batch_size: int = 64,
         val_classes: int = 0,
-        seed: int = 0,
+        seed: int | None = None,
         batches_per_epoch: int | None = None,
         sampler_mode: SamplerMode = "coverage",
     ) -> None:
@@ -212,7 +215,8 @@ class RetrievalDataModule(pl.LightningDataModule):
         self.root = Path(root) if root is not None else None
         self.p, self.k, self.image_size = p, k, image_size
         self.num_workers, self.eval_batch_size = num_workers, eval_batch_size
-        self.val_classes, self.seed, self.batches_per_epoch = val_classes, seed, batches_per_epoch
+        self.val_classes, self.batches_per_epoch = val_classes, batches_per_epoch
+        self.seed = 0 if seed is None else seed
         self.sampler_mode = sampler_mode
         self._splits: tuple[Split, Splits | None, Splits] | None = None
         self._datasets: dict[str, Dataset] = {}

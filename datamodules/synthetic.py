@@ -101,7 +101,7 @@ class SyntheticDataModule(RetrievalDataModule):
         num_workers: int = 2,
         eval_batch_size: int = 256,
         val_classes: int = 0,
-        seed: int = 0,
+        seed: int | None = None,
         batches_per_epoch: int | None = None,
         sampler_mode: SamplerMode = "coverage",
     ) -> None:

@@ -59,7 +59,9 @@ UNHASHED = {
         "verbose",
     ),
     "trainer": ("logger", "default_root_dir", "enable_progress_bar", "enable_model_summary"),
-    "data.init_args": ("root", "num_workers", "eval_batch_size"),
+    "data.init_args": ("root", "num_workers", "eval_batch_size", "cache_dir"),
+    # The image DataModule inside `CachedFeatureDataModule`:
+    "data.init_args.images.init_args": ("root", "num_workers", "eval_batch_size"),
 }
 
 
@@ -113,6 +115,11 @@ class CircleBenchCLI(LightningCLI):
             default=True,
             help="fit: evaluate the test set at the end",
         )
+
+    def before_instantiate_classes(self) -> None:
+        subcommand = self.config.get("subcommand")
+        config = self.config[subcommand] if subcommand else self.config
+        _data_seed_follows_run(config.get("data"), config.get("seed_everything"))
 
     def instantiate_classes(self) -> None:
         if not self.parse_only:
@@ -251,6 +258,19 @@ class CircleBenchCLI(LightningCLI):
                 "run_dir": str(self.run_dir),
             },
         )
+
+
+def _data_seed_follows_run(data: Any, seed: Any) -> None:
+    """Give every DataModule in `data` (a wrapped one too) whose `seed` is unset the run's
+    `seed_everything`: the seeds of a leaderboard cell then vary its batches, not only its
+    initialisation (a head initialised to the identity has no random initialisation at all)."""
+    init_args = data.get("init_args") if data is not None and hasattr(data, "get") else None
+    if init_args is None or not isinstance(seed, int):
+        return
+    if "seed" in init_args and init_args.get("seed") is None:
+        init_args["seed"] = seed
+    for value in vars(init_args).values() if hasattr(init_args, "__dict__") else ():
+        _data_seed_follows_run(value, seed)
 
 
 def _val_classes(datamodule: Any) -> int:

@@ -106,3 +106,15 @@ def test_the_old_embedder_class_path_still_parses(tmp_path) -> None:
     )
     embedder = parse("--config", str(old))["model"]["embedder"]
     assert embedder["class_path"] == "benchmark.embedders.Embedder"
+
+
+def test_an_unset_data_seed_follows_the_run_seed_and_a_set_one_stays() -> None:
+    frozen = str(EXPERIMENTS / "synthetic" / "fine_grained" / "frozen" / "circle.yaml")
+    images = "--data.init_args.images.init_args"
+    assert (
+        parse("--config", frozen, "--seed_everything=3").data.init_args.images.init_args.seed == 3
+    )
+    config = parse("--config", frozen, "--seed_everything=3", f"{images}.seed=7")
+    assert config.data.init_args.images.init_args.seed == 7
+    plain = str(EXPERIMENTS / "synthetic" / "fine_grained" / "circle.yaml")
+    assert parse("--config", plain, "--seed_everything=2").data.init_args.seed == 2

@@ -117,6 +117,11 @@ def test_config_hash_ignores_where_a_run_is_recorded_but_not_what_it_computes() 
         "trainer": {"max_epochs": 1, "default_root_dir": "elsewhere"},
         "data": {"init_args": {"root": "/mnt", "p": 4}},
     }
+    cached = {"data": {"init_args": {"cache_dir": "/a", "images": {"init_args": {"root": "/d"}}}}}
+    cached_moved = {
+        "data": {"init_args": {"cache_dir": "/b", "images": {"init_args": {"root": "/e"}}}}
+    }
+    assert config_hash(hashed_config(cached)) == config_hash(hashed_config(cached_moved))
     changed = {**base, "seed_everything": 1}
     assert config_hash(hashed_config(base)) == config_hash(hashed_config(moved))
     assert config_hash(hashed_config(base)) != config_hash(hashed_config(changed))
