@@ -144,6 +144,10 @@ class Embedder(PooledBackbone, EmbedderBase):
             here compares cosine similarities, and Luo et al. retrieve with that feature.
         freeze_bn: keep every BatchNorm of the backbone in eval mode with frozen affine
             parameters, also across `.train()` calls (usual for BN-Inception with small batches).
+        head: the projection after pooling: `linear` (W x + b, PyTorch's initialisation) or
+            `residual` (x + W x with W = 0 at the start, `FeatureHead`'s: the untrained embedder
+            returns the pooled pretrained feature, so training starts from the zero-shot floor;
+            `embedding_dim` must then be the backbone's feature size, 1280 for Lite0).
     """
 
     def __init__(
@@ -154,11 +158,24 @@ class Embedder(PooledBackbone, EmbedderBase):
         pooling: Pooling = "avg",
         bnneck: bool = False,
         freeze_bn: bool = False,
+        head: Literal["linear", "residual"] = "linear",
     ) -> None:
         _check_dim("embedding_dim", embedding_dim)  # before the (slow) backbone is built
+        if head not in ("linear", "residual"):
+            raise ValueError(f"unknown head {head!r}; choose 'linear' or 'residual'")
         super().__init__(backbone, pretrained, pooling)
-        self.embedding_dim, self.freeze_bn = embedding_dim, freeze_bn
-        self.projection = nn.Linear(self.num_features, embedding_dim)
+        self.embedding_dim, self.freeze_bn, self.head = embedding_dim, freeze_bn, head
+        self.projection: nn.Module
+        if head == "linear":
+            self.projection = nn.Linear(self.num_features, embedding_dim)
+        elif embedding_dim != self.num_features:
+            raise ValueError(
+                f"a residual head keeps the feature size: embedding_dim must be "
+                f"{self.num_features} for backbone {backbone!r}, got {embedding_dim}; "
+                "use head='linear' to project"
+            )
+        else:
+            self.projection = FeatureHead(self.num_features, kind="residual")
         self.neck: nn.Module = nn.BatchNorm1d(embedding_dim) if bnneck else nn.Identity()
         if bnneck:
             self.neck.bias.requires_grad_(False)  # zero shift keeps features centred for cosine
@@ -192,7 +209,7 @@ class Embedder(PooledBackbone, EmbedderBase):
     def extra_repr(self) -> str:
         return (
             f"backbone={self.backbone_name!r}, embedding_dim={self.embedding_dim}, "
-            f"pretrained={self._source!r}, freeze_bn={self.freeze_bn}"
+            f"pretrained={self._source!r}, freeze_bn={self.freeze_bn}, head={self.head!r}"
         )
 
 

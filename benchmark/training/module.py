@@ -40,6 +40,9 @@ class MetricLearningModule(pl.LightningModule):
         optimizer: called with three parameter groups (backbone, head, loss) whose learning
             rates are `backbone_lr`, `head_lr`, `loss_lr`; an `lr` given to it is overridden.
         lr_scheduler: called with the optimiser; stepped once per epoch.
+        freeze_backbone_epochs: a head warm-up: for the first N epochs the backbone gets no
+            gradients (and its forward pass builds no graph), so the head and the loss's
+            proxies adapt to the pretrained features before fine-tuning moves them.
         recall_ks: Recall@K list; None takes the datamodule's `default_recall_ks`.
         protocol: evaluation protocol; None takes the datamodule's.
         eval_backend: `RetrievalEvaluator` backend: "auto", "torch" or "faiss" (every backend
@@ -56,12 +59,19 @@ class MetricLearningModule(pl.LightningModule):
         backbone_lr: float = 1e-4,
         head_lr: float = 1e-3,
         loss_lr: float = 1e-2,
+        freeze_backbone_epochs: int = 0,
         recall_ks: list[int] | None = None,
         protocol: RetrievalProtocol | None = None,
         eval_backend: str = "auto",
         similarity_queries: int = 2000,
     ) -> None:
         super().__init__()
+        if isinstance(freeze_backbone_epochs, bool) or not (
+            isinstance(freeze_backbone_epochs, int) and freeze_backbone_epochs >= 0
+        ):
+            raise ValueError(
+                f"freeze_backbone_epochs must be an int >= 0, got {freeze_backbone_epochs!r}"
+            )
         self.save_hyperparameters()
         self.embedder = embedder
         self.loss = loss
@@ -131,6 +141,15 @@ class MetricLearningModule(pl.LightningModule):
         }
 
     # ---- training ----------------------------------------------------------------------------
+    def on_train_start(self) -> None:
+        # the backbone's trainable parameters, before the warm-up switches them off
+        self._backbone_trainable = list(self.embedder.backbone_parameters())
+
+    def on_train_epoch_start(self) -> None:
+        warming_up = self.current_epoch < self.hparams["freeze_backbone_epochs"]
+        for parameter in self._backbone_trainable:
+            parameter.requires_grad_(not warming_up)
+
     def training_step(self, batch: Sequence[Tensor], batch_idx: int) -> Tensor:
         images, labels, _ = batch
         embeddings = self.embedder(images)  # [B, D], bf16/fp16 under mixed precision

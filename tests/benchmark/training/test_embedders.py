@@ -243,3 +243,16 @@ def test_timm_hub_offline_says_to_pass_a_path(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(timm, "create_model", offline)
     with pytest.raises(RuntimeError, match=r"timm hub.*pretrained=<path"):
         Embedder("resnet18", pretrained=True)
+
+
+def test_a_residual_head_starts_as_the_pooled_feature_and_trains() -> None:
+    embedder = Embedder("test_efficientnet", embedding_dim=256, head="residual").eval()
+    images = torch.rand(3, 3, 32, 32)
+    torch.testing.assert_close(embedder(images), embedder.pooled_features(images))
+    embedder(images).sum().backward()
+    assert embedder.projection.linear.weight.grad.abs().sum() > 0
+    assert {id(embedder.projection.linear.weight)} <= {id(p) for p in embedder.head_parameters()}
+    with pytest.raises(ValueError, match="embedding_dim must be 256 for backbone"):
+        Embedder("test_efficientnet", embedding_dim=128, head="residual")
+    with pytest.raises(ValueError, match="unknown head 'mlp'"):
+        Embedder("test_efficientnet", embedding_dim=128, head="mlp")  # type: ignore[arg-type]

@@ -128,3 +128,34 @@ def test_query_gallery_with_a_single_loader_is_an_error() -> None:
     module = make_module(protocol="query_gallery")
     with pytest.raises(ValueError, match=r"needs two test loaders"):
         make_trainer().test(module, datamodule=TinyDataModule(), verbose=False)
+
+
+class _BackboneSnapshots(pl.Callback):
+    """The backbone's first weight at every epoch end (to see when fine-tuning starts)."""
+
+    def __init__(self) -> None:
+        self.weights: list[torch.Tensor] = []
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        self.weights.append(module.embedder.backbone.conv_stem.weight.detach().clone())
+
+
+def test_the_head_warm_up_freezes_the_backbone_for_its_epochs_only() -> None:
+    torch.manual_seed(0)
+    module = make_module(freeze_backbone_epochs=2)
+    start = module.embedder.backbone.conv_stem.weight.detach().clone()
+    head = module.embedder.projection.weight.detach().clone()
+    snapshots = _BackboneSnapshots()
+    trainer = make_trainer(max_epochs=3, callbacks=[snapshots])
+    trainer.fit(module, datamodule=TinyDataModule(p=2, k=2, batches_per_epoch=2))
+    first, second, third = snapshots.weights
+    assert torch.equal(first, start) and torch.equal(second, start)  # warm-up: untouched
+    assert not torch.equal(third, start)  # then fine-tuned
+    assert not torch.equal(module.embedder.projection.weight, head)  # the head trained all along
+    assert all(p.requires_grad for p in module.embedder.backbone.parameters())
+
+
+@pytest.mark.parametrize("epochs", [-1, 1.5, True])
+def test_freeze_backbone_epochs_must_be_a_count(epochs: object) -> None:
+    with pytest.raises(ValueError, match="freeze_backbone_epochs must be an int >= 0"):
+        make_module(freeze_backbone_epochs=epochs)
