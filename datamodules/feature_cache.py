@@ -23,7 +23,7 @@ import fcntl
 import hashlib
 import json
 import os
-import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
@@ -132,10 +132,13 @@ class FeatureCache:
             return array, True
 
     def _write(self, path: Path, write: Callable[[Any], object]) -> None:
-        """Write through a temporary file in the same folder, then `os.replace` it over `path`."""
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        """Write through a temporary file in the same folder, then `os.replace` it over `path`.
+
+        The temporary file is opened by name (not `mkstemp`, which makes it private), so the
+        entry keeps the user's umask and a shared cache stays readable by the group."""
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
-            with os.fdopen(fd, "wb") as f:
+            with open(tmp, "wb") as f:
                 write(f)
                 f.flush()
                 os.fsync(f.fileno())

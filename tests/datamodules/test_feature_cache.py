@@ -45,6 +45,18 @@ def test_a_miss_computes_and_stores_a_float32_entry_with_its_sidecar(tmp_path: P
     assert not list(cache.root.glob("*.tmp"))
 
 
+def test_entries_keep_the_umask_so_a_shared_cache_stays_readable(tmp_path: Path) -> None:
+    previous = os.umask(0o022)
+    try:
+        cache = FeatureCache(tmp_path / "cache")
+        key = content_key({"split": "query"})
+        cache.load_or_compute(key, features, {"split": "query"})
+    finally:
+        os.umask(previous)
+    assert cache.path(key).stat().st_mode & 0o777 == 0o644
+    assert cache.path(key).with_suffix(".json").stat().st_mode & 0o777 == 0o644
+
+
 def test_a_hit_reads_the_entry_without_computing(tmp_path: Path) -> None:
     cache = FeatureCache(tmp_path)
     cache.load_or_compute("k", features, {})
