@@ -111,6 +111,7 @@ class CachedFeatureDataModule(RetrievalDataModule):
             val_classes=images.val_classes,
             seed=images.seed,
             batches_per_epoch=images.batches_per_epoch,
+            sampler_mode=images.sampler_mode,
         )
         self.images, self.extractor, self.views, self.aug_seed = images, extractor, views, aug_seed
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None

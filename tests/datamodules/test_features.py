@@ -204,3 +204,10 @@ def test_errors_name_the_problem_and_the_fix(tmp_path: Path) -> None:
 
     with pytest.raises(TypeError, match="Unnamed has no __repr__"):
         features(Opaque(num_train_classes=2, num_test_classes=2, images_per_class=2), tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["coverage", "independent"])
+def test_sampler_settings_are_the_image_datamodules(tmp_path: Path, mode: str) -> None:
+    dm = features(synthetic(sampler_mode=mode, seed=3, batches_per_epoch=2), tmp_path)
+    sampler = dm.train_dataloader().batch_sampler.batches
+    assert (sampler.mode, sampler.seed, sampler.p, sampler.k) == (mode, 3, 2, 2)
