@@ -1,7 +1,7 @@
 """Training throughput: the full `circlebench fit` pipeline vs a bare PyTorch loop, same run.
 
 `python -m benchmark.bench train [--config experiments/synthetic/fine_grained/circle.yaml]
-[--steps 8] [--warmup 2]`
+[--steps 8] [--warmup 2] [--cells 3]`
 
 Three figures in images/s, for the same embedder, loss, optimiser and P-K batches:
 * `lightning`: `Trainer.fit` of `MetricLearningModule` on the config's DataModule (data loading,
@@ -11,7 +11,8 @@ Three figures in images/s, for the same embedder, loss, optimiser and P-K batche
 * `compute only`: the bare loop on one batch held in memory (no data loading at all).
 
 On a CUDA machine it also measures ResNet50 at 224 px, P=16 K=4, Circle loss: fp32 vs bf16
-autocast with channels-last, bare loops on an in-memory batch.
+autocast with channels-last, bare loops on an in-memory batch. Then, with `--cells N`, the
+leaderboard's cells per minute in both tracks and the feature cache (`benchmark.bench.cells`).
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
+from benchmark.bench import cells
+from benchmark.bench.timing import machine
 from benchmark.training.cli import CircleBenchCLI
 from benchmark.training.embedders import Embedder
 from losses import CircleLoss
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 DEFAULT_CONFIG = EXPERIMENTS / "synthetic" / "fine_grained" / "circle.yaml"
 
 
@@ -138,9 +141,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     parser.add_argument("--steps", type=int, default=8, help="timed steps")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    parser.add_argument(
+        "--cells", type=int, default=3, help="leaderboard cells per track to time (0: skip)"
+    )
     args = parser.parse_args(argv)
     sys.argv = sys.argv[:1]  # the CLI below gets its arguments explicitly
+    print(machine())
     torch.manual_seed(0)
     cpu_config(args.config, args.steps, args.warmup)
     if torch.cuda.is_available():
         gpu_resnet50(args.steps, args.warmup)
+    if args.cells:
+        cells.report(args.cells)
