@@ -22,6 +22,8 @@ CLASS_LEVEL |= {"copernican", "copernican_l2"}
 TINY = [
     "--model.embedder.init_args.backbone=test_efficientnet",
     "--model.embedder.init_args.pretrained=false",
+    # the configs' residual head keeps Lite0's 1280 features; the tiny model has 256
+    "--model.embedder.init_args.head=linear",
     "--data.init_args.image_size=32",
     "--data.init_args.images_per_class=4",
     "--data.init_args.eval_batch_size=64",

@@ -15,6 +15,8 @@ CONFIG = ROOT / "experiments" / "synthetic" / "reid" / "circle_class.yaml"
 TINY = [
     "--model.embedder.init_args.backbone=test_efficientnet",
     "--model.embedder.init_args.pretrained=false",
+    # the configs' residual head keeps Lite0's 1280 features; the tiny model has 256
+    "--model.embedder.init_args.head=linear",
     "--data.init_args.image_size=32",
     "--data.init_args.images_per_class=8",
     "--data.init_args.num_test_classes=13",  # 104 images: eval batches split unevenly
