@@ -103,7 +103,8 @@ def expanded_sets(rank, k1, half, out):
 @njit(parallel=True, nogil=True, cache=True)
 def jaccard_rows(p_ptr, p_col, p_val, row0, g_ptr, g_row, g_val, p_sum, g_sum, out):
     """out[i, j] = d_J = 1 - m / (Σ V_p + Σ V_g - m), m = Σ_c min(V_p[c], V_g[c]) over the
-    columns both hold, for probe row0 + i (CSR `p_*`) and gallery j (CSC `g_*` over columns)."""
+    columns both hold (Σ max = Σ V_p + Σ V_g - Σ min), for probe row0 + i (CSR `p_*`) and
+    gallery j (CSC `g_*` over columns)."""
     for i in prange(out.shape[0]):
         acc = out[i]
         acc[:] = 0.0
@@ -114,7 +115,10 @@ def jaccard_rows(p_ptr, p_col, p_val, row0, g_ptr, g_row, g_val, p_sum, g_sum, o
                 acc[g_row[u]] += v if v < w else w
         ps = p_sum[row0 + i]
         for j in range(acc.size):
-            acc[j] = 1.0 - acc[j] / (ps + g_sum[j] - acc[j])
+            union = ps + g_sum[j] - acc[j]
+            # Two empty rows (an item outside its own k1 + 1 nearest, among > k1 duplicates,
+            # with k2 = 1) share nothing: distance 1 rather than 0 / 0.
+            acc[j] = 1.0 - acc[j] / union if union > 0.0 else 1.0
 
 
 @njit(inline="always")

@@ -183,6 +183,17 @@ def test_rerank_argument_errors(kwargs: dict, match: str) -> None:
         RetrievalEvaluator(**{"protocol": "query_gallery", **kwargs})
 
 
+def test_two_empty_encodings_are_at_jaccard_distance_one() -> None:
+    """More than k1 + 1 identical vectors: the later copies are not among their own k1 + 1
+    nearest (ties go by index), so R* and, with k2 = 1, V are empty; two empty rows share
+    nothing (d_J = 1), where Σ min / Σ max would be 0 / 0."""
+    gen = torch.Generator().manual_seed(0)
+    q = torch.cat([torch.ones(30, 4), torch.randn(5, 4, generator=gen)])
+    g = torch.cat([torch.ones(10, 4), torch.randn(20, 4, generator=gen)])
+    d = reranked_distances(q, g, KReciprocal(k1=20, k2=1, lambda_=0.0))
+    assert torch.isfinite(d).all() and (d[25:30, :10] == 1.0).all()
+
+
 def test_a_bad_gallery_row_is_named_under_re_ranking_too() -> None:
     q, ql, qc, g, gl, gc = reid_case(0, quantised=False)
     g = g.clone()
