@@ -30,7 +30,7 @@ products with the gallery are recomputed for d* rather than kept from the graph'
 Exact: every similarity that decides something is the reference s. The neighbour lists and row
 maxima are re-checked exactly; d* of the positives uses the exact s, and a negative's float32
 estimate d̃* (|d̃* - d*| ≤ 2λε / max_j d) is replaced by its exact d* whenever it is that close
-to a positive's. The Jaccard sums run in a fixed order (`_jaccard`), so the numbers do not
+to a positive's. The Jaccard sums run in a fixed order (`_kreciprocal`), so the numbers do not
 depend on chunking, threads or BLAS.
 """
 
