@@ -2,7 +2,8 @@
 
 `evaluator` holds the evaluator, `metrics` what each metric is and how it is computed, `ranks`
 the positions of the positives, `similarity` the exact reference similarity, `inputs` the
-argument checks; `_scan` and `_dots` are its compiled kernels.
+argument checks, `rerank` k-reciprocal re-ranking (with `_neighbours`, its exact neighbour
+lists); `_scan`, `_dots` and `_kreciprocal` are the compiled kernels.
 """
 
 from benchmark.evaluation.evaluator import RetrievalEvaluator

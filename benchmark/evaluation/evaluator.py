@@ -28,6 +28,7 @@ from benchmark.evaluation.metrics import (
     retrieval_metrics,
 )
 from benchmark.evaluation.ranks import Block, positive_ranks
+from benchmark.evaluation.rerank import KReciprocal, RerankMethod, rerank_method, reranked_ranks
 from benchmark.evaluation.sets import PROTOCOLS, RetrievalProtocol, evaluation_sets
 from benchmark.evaluation.similarity import UnitEmbeddings, prepare, unit_rows
 
@@ -41,12 +42,14 @@ FAISS_GPU_HINT = (
 @dataclass(frozen=True)
 class EvaluationReport:
     """What one `evaluate` call measured and how: the metrics (fractions), the backend that
-    computed them, and how many queries were counted and skipped (no positive in the gallery)."""
+    computed them, how many queries were counted and skipped (no positive in the gallery), and
+    the re-ranking that ordered the gallery ("" for none: by cosine similarity)."""
 
     metrics: dict[str, float]
     backend: str
     queries: int
     skipped_queries: int
+    rerank: str = ""
 
 
 class RetrievalEvaluator:
@@ -66,6 +69,9 @@ class RetrievalEvaluator:
             "int8" (CPU) or "auto": the environment variable CIRCLEBENCH_EVAL_ARITHMETIC, else
             the fastest native one by a short probe (`benchmark.evaluation.arithmetic`).
         chunk_size: queries per similarity block; memory is about chunk_size × gallery × 2 bytes.
+        rerank: None (rank by cosine similarity), "k-reciprocal" (Zhong et al. 2017, k1=20,
+            k2=6, λ=0.3) or a `rerank.KReciprocal`; `query_gallery` only, always on the CPU
+            with float32 products (`backend` and `device` then choose nothing but NMI's copy).
     """
 
     def __init__(
@@ -78,6 +84,7 @@ class RetrievalEvaluator:
         chunk_size: int = 1024,
         nmi_seed: int = 0,
         arithmetic: Arithmetic = "auto",
+        rerank: RerankMethod | KReciprocal | None = None,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {list(PROTOCOLS)}, got {protocol!r}")
@@ -111,6 +118,12 @@ class RetrievalEvaluator:
             chunk_size,
             nmi_seed,
         )
+        if rerank is not None and protocol != "query_gallery":
+            raise ValueError(
+                f"rerank={rerank!r} re-ranks a gallery for each query: it needs "
+                f"protocol='query_gallery', got {protocol!r}; pass rerank=None"
+            )
+        self.rerank = rerank_method(rerank) if rerank is not None else None
         self.last_report: EvaluationReport | None = None
 
     @property
@@ -162,20 +175,24 @@ class RetrievalEvaluator:
         qe = prepare(
             sets.query, "query_emb", low_dtype=low_dtype, device=device, chunk=self.chunk_size
         )
-        ge = qe if sets.same_set else prepare(
-            sets.gallery, "gallery_emb", low_dtype=low_dtype, device=device, chunk=self.chunk_size
-        )  # fmt: skip
-        ranks = positive_ranks(
-            qe,
-            ge,
-            sets.query_labels,
-            sets.gallery_labels,
-            same_set=sets.same_set,
-            q_cams=sets.query_cams,
-            g_cams=sets.gallery_cams,
-            block=block,
-            chunk_size=self.chunk_size,
-        )
+        if self.rerank is not None:  # the gallery ordered by the re-ranked distance d*
+            name, ranks = "torch-cpu-float32", reranked_ranks(sets, self.rerank, self.chunk_size)
+        else:
+            ge = qe if sets.same_set else prepare(
+                sets.gallery, "gallery_emb", low_dtype=low_dtype, device=device,
+                chunk=self.chunk_size,
+            )  # fmt: skip
+            ranks = positive_ranks(
+                qe,
+                ge,
+                sets.query_labels,
+                sets.gallery_labels,
+                same_set=sets.same_set,
+                q_cams=sets.query_cams,
+                g_cams=sets.gallery_cams,
+                block=block,
+                chunk_size=self.chunk_size,
+            )
         skipped = int((ranks.counts == 0).sum())
         if skipped == len(ranks.counts):
             raise ValueError(
@@ -187,7 +204,10 @@ class RetrievalEvaluator:
         out = retrieval_metrics(ranks, self.ks, self.metrics)
         if "NMI" in self.metrics:
             out["NMI"] = kmeans_nmi(_unit_numpy(qe), sets.query_labels.numpy(), seed=self.nmi_seed)
-        self.last_report = EvaluationReport(dict(out), name, len(ranks.counts) - skipped, skipped)
+        rerank = str(self.rerank) if self.rerank is not None else ""
+        self.last_report = EvaluationReport(
+            dict(out), name, len(ranks.counts) - skipped, skipped, rerank
+        )
         return out
 
     def hardest_pairs(

@@ -12,7 +12,7 @@ from benchmark.evaluation.metrics import metric_columns
 
 # Settings shown once in a group's heading when all its rows share them, else as a column.
 _SHARED: tuple[str, ...] = ("dataset", "protocol", "backbone", "pretrained", "embedding_dim")
-_SHARED += ("image_size", "p", "k", "epochs", "include_val")
+_SHARED += ("image_size", "p", "k", "epochs", "include_val", "rerank")
 
 
 def read_paper_reference(path: Path) -> pd.DataFrame:

@@ -119,7 +119,8 @@ def resumable_run(runs: Path, key: str, config_key: Any) -> Path:
 def check_matches_config(ckpt_path: str | Path, config: dict[str, Any], *, training: bool) -> None:
     """Raise if the checkpoint was trained with another loss, embedder or data than `config`.
 
-    Evaluation-only settings (`recall_ks`, `protocol`, `eval_backend`, the data's location and
+    Evaluation-only settings (`recall_ks`, `protocol`, `eval_backend`, `eval_metrics`,
+    `rerank`, the data's location and
     loader settings, and P, K and the epoch length unless `training`) may differ: the config's
     values are the ones used.
     """
@@ -158,7 +159,8 @@ def check_matches_config(ckpt_path: str | Path, config: dict[str, Any], *, train
             + "\n  ".join(problems)
             + "\nPass the config the checkpoint was trained with (its run folder's config.yaml);"
             " only evaluation settings (--model.recall_ks, --model.protocol, "
-            "--model.eval_backend, the data root and loaders) may be changed."
+            "--model.eval_backend, --model.eval_metrics, --model.rerank, the data root and "
+            "loaders) may be changed."
         )
 
 

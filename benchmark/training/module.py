@@ -21,6 +21,8 @@ from torch.utils.data import DistributedSampler
 
 from benchmark.evaluation import RetrievalEvaluator
 from benchmark.evaluation.evaluator import EvaluationReport
+from benchmark.evaluation.metrics import DEFAULT_METRICS
+from benchmark.evaluation.rerank import RerankMethod
 from benchmark.evaluation.sets import RetrievalProtocol
 from benchmark.training.embedders import EmbedderBase
 from benchmark.training.results import TestResult
@@ -48,6 +50,10 @@ class MetricLearningModule(pl.LightningModule):
         eval_backend: `RetrievalEvaluator` backend: "auto", "torch" or "faiss" (every backend
             returns the same metrics; "auto" picks the evaluator's fastest exact path).
         similarity_queries: test queries whose hardest s_p / s_n are kept for `similarities.npz`.
+        eval_metrics: metric names from the registry (`benchmark.evaluation.metrics.METRICS`,
+            e.g. `[recall, mAP, mINP]`); None takes the evaluator's defaults.
+        rerank: "k-reciprocal" re-ranks each query's gallery (Zhong et al. 2017, k1=20, k2=6,
+            λ=0.3; `query_gallery` only); None ranks by cosine similarity.
     """
 
     def __init__(
@@ -64,6 +70,8 @@ class MetricLearningModule(pl.LightningModule):
         protocol: RetrievalProtocol | None = None,
         eval_backend: str = "auto",
         similarity_queries: int = 2000,
+        eval_metrics: list[str] | None = None,
+        rerank: RerankMethod | None = None,
     ) -> None:
         super().__init__()
         if isinstance(freeze_backbone_epochs, bool) or not (
@@ -105,8 +113,13 @@ class MetricLearningModule(pl.LightningModule):
                 "RetrievalDataModule or pass --model.protocol and --model.recall_ks"
             )
         self.protocol: RetrievalProtocol = protocol
+        metrics = self.hparams["eval_metrics"]
         self._evaluator = RetrievalEvaluator(
-            protocol, tuple(ks), backend=self.hparams["eval_backend"]
+            protocol,
+            tuple(ks),
+            DEFAULT_METRICS if metrics is None else tuple(metrics),
+            backend=self.hparams["eval_backend"],
+            rerank=self.hparams["rerank"],
         )
         num_classes = getattr(datamodule, "num_classes", None)
         if stage == "fit" and num_classes is not None:

@@ -64,6 +64,9 @@ class ResultRow:
     epochs: int
     seed: int
     include_val: str
+    # The gallery's order: "" by similarity, else the re-ranking and its parameters. A setting,
+    # not provenance like eval_backend: backends return the same numbers, re-ranking does not.
+    rerank: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
     eval_backend: str = ""
     skipped_queries: int = 0  # queries without a positive in the gallery: not in the metrics
@@ -148,6 +151,7 @@ def result_row(
         epochs=trained.epoch if trained else 0,
         seed=seed,
         include_val=str(datamodule.include_val) if isinstance(datamodule, MSMT17DataModule) else "",
+        rerank=report.rerank,
         metrics={name: 100.0 * value for name, value in report.metrics.items()},
         eval_backend=report.backend,
         skipped_queries=report.skipped_queries,

@@ -79,6 +79,16 @@ def test_reid_mode_evaluates_query_against_gallery(tmp_path: Path, name: str) ->
     assert row["R@5"] != "" and row["mAP"] != ""
 
 
+def test_re_ranking_and_min_p_chosen_on_the_command_line_reach_the_row(tmp_path: Path) -> None:
+    config = EXPERIMENTS / "synthetic" / "reid" / "triplet.yaml"
+    (row,) = circlebench(
+        tmp_path, "fit", config, "--trainer.fast_dev_run=1", "--data.init_args.images_per_class=8",
+        "--model.rerank=k-reciprocal", "--model.eval_metrics=[recall,mAP,mINP]",
+    )  # fmt: skip
+    assert row["rerank"] == "k-reciprocal k1=20 k2=6 lambda=0.3"
+    assert 0.0 <= float(row["mINP"]) <= float(row["mAP"]) <= 100.0 and "MAP@R" not in row
+
+
 def test_overrides_are_recorded_in_the_row_and_change_the_config_hash(tmp_path: Path) -> None:
     config = EXPERIMENTS / "synthetic" / "fine_grained" / "circle.yaml"
     circlebench(tmp_path, "fit", config, "--trainer.fast_dev_run=1")

@@ -153,6 +153,20 @@ def test_a_registered_metric_in_the_rows_reaches_the_board_and_its_table() -> No
     assert f"| 25.00 ± {stats.t.ppf(0.975, 1) * 5:.2f} | 3 |" in text  # s = 5√2, n = 2
 
 
+def test_re_ranked_runs_show_their_re_ranking_and_never_average_with_plain_ones() -> None:
+    rerank = "k-reciprocal k1=20 k2=6 lambda=0.3"
+    board = aggregate_rows(frame(row("reid/circle/seed0", 0, 60.0, rerank=rerank)))
+    text = leaderboard_markdown(board, title="T", description="", paper=pd.DataFrame(),
+                                paper_datasets={})  # fmt: skip
+    assert f"rerank `{rerank}`" in text
+    seeds = [row(f"reid/circle/seed{s}", s, 60.0, rerank=r) for s, r in enumerate((rerank, ""))]
+    with pytest.raises(ValueError, match="reid/circle disagree on rerank"):
+        aggregate_rows(frame(*seeds))
+    plain = leaderboard_markdown(aggregate_rows(HAND_ROWS), title="T", description="",
+                                 paper=pd.DataFrame(), paper_datasets={})  # fmt: skip
+    assert "rerank" not in plain
+
+
 def boards(committed_r1: float, regenerated_r1: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     old = aggregate_rows(frame(row("syn/circle/seed0", 0, committed_r1))).assign(requires="")
     new = aggregate_rows(frame(row("syn/circle/seed0", 0, regenerated_r1))).assign(requires="")

@@ -89,6 +89,19 @@ def test_command_line_overrides_reach_the_loss() -> None:
     assert config.model.loss.init_args.gamma == 64
 
 
+def test_evaluation_metrics_and_re_ranking_are_chosen_on_the_command_line(capsys) -> None:
+    market = str(EXPERIMENTS / "market1501" / "circle.yaml")
+    config = parse("--config", market, "--model.rerank=k-reciprocal",
+                   "--model.eval_metrics=[recall,mAP,mINP]")  # fmt: skip
+    assert config.model.rerank == "k-reciprocal"
+    assert config.model.eval_metrics == ["recall", "mAP", "mINP"]
+    default = parse("--config", market).model
+    assert (default.rerank, default.eval_metrics) == (None, None)
+    with pytest.raises(SystemExit):
+        parse("--config", market, "--model.rerank=kreciprocal")
+    assert "kreciprocal" in capsys.readouterr().err
+
+
 def test_unknown_keys_are_errors(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse(

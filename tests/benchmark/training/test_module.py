@@ -159,3 +159,18 @@ def test_the_head_warm_up_freezes_the_backbone_for_its_epochs_only() -> None:
 def test_freeze_backbone_epochs_must_be_a_count(epochs: object) -> None:
     with pytest.raises(ValueError, match="freeze_backbone_epochs must be an int >= 0"):
         make_module(freeze_backbone_epochs=epochs)
+
+
+def test_eval_metrics_and_rerank_reach_the_evaluator_and_its_report() -> None:
+    torch.manual_seed(0)
+    data = TinyReIDDataModule(eval_batch_size=3)  # 8 queries, 8 gallery: fewer than k1 + 1
+    module = make_module(eval_metrics=["recall", "mAP", "mINP"], rerank="k-reciprocal")
+    metrics = make_trainer().test(module, datamodule=data, verbose=False)[0]  # one per loader
+    assert set(metrics) == {"test/R@1", "test/R@5", "test/mAP", "test/mINP"}
+    assert module.test_result.report.rerank == "k-reciprocal k1=20 k2=6 lambda=0.3"
+
+
+def test_rerank_with_a_same_set_datamodule_is_an_error() -> None:
+    module = make_module(rerank="k-reciprocal")
+    with pytest.raises(ValueError, match="needs protocol='query_gallery', got 'same_set'"):
+        make_trainer().test(module, datamodule=TinyDataModule(), verbose=False)

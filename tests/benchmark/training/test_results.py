@@ -31,7 +31,7 @@ from losses import CircleLoss
 CONTRACT_COLUMNS = [
     "cell_id", "dataset", "track", "protocol", "labels", "loss", "loss_params", "backbone",
     "pretrained",
-    "embedding_dim", "image_size", "p", "k", "epochs", "seed", "include_val",
+    "embedding_dim", "image_size", "p", "k", "epochs", "seed", "include_val", "rerank",
     "R@1", "R@2", "R@10", "mAP", "MAP@R", "R-Precision",
     "eval_backend", "skipped_queries", "checkpoint", "global_step", "wall_time_s", "git_sha",
     "config_hash", "run_dir",
@@ -140,7 +140,8 @@ def test_result_row_reads_the_objects_that_ran() -> None:
     embedder = SimpleNamespace(
         backbone_name="bninception", pretrained_source=CHECKPOINT_URL, embedding_dim=512
     )
-    report = EvaluationReport({"R@1": 0.5, "mAP": 0.25}, "torch-cpu", queries=9, skipped_queries=1)
+    report = EvaluationReport({"R@1": 0.5, "mAP": 0.25}, "torch-cpu", queries=9, skipped_queries=1,
+                              rerank="k-reciprocal k1=20 k2=6 lambda=0.3")  # fmt: skip
     model = SimpleNamespace(
         protocol="same_set", loss=CircleLoss(), embedder=embedder,
         test_result=TestResult(report, HardestPairs(np.zeros(1), np.zeros(1))),
@@ -154,6 +155,7 @@ def test_result_row_reads_the_objects_that_ran() -> None:
         model, data, cell_id="", loss_params="{}", trained=trained, seed=1, provenance=provenance
     )
     assert (row.pretrained, row.backbone, row.embedding_dim) == (CHECKPOINT_URL, "bninception", 512)
+    assert row.rerank == "k-reciprocal k1=20 k2=6 lambda=0.3"
     assert (row.metrics, row.eval_backend, row.skipped_queries) == (
         {"R@1": 50.0, "mAP": 25.0}, "torch-cpu", 1,
     )  # fmt: skip
