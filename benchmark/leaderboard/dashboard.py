@@ -39,7 +39,7 @@ from benchmark.leaderboard.run_logs import experiments, logged_columns
 from benchmark.leaderboard.suite import Suite, load_suite
 from benchmark.leaderboard.wandb_views import ViewStore, WandbViewStore, publish_within
 from benchmark.training.atomic import write_text
-from benchmark.training.loggers import DEFAULT_TRACK, wandb_is_configured, wandb_server_reachable
+from benchmark.training.loggers import DEFAULT_TRACK, wandb_has_credentials, wandb_server_reachable
 from benchmark.training.results import read_results
 
 LEADERBOARD_PROJECT = "circlebench-leaderboard"  # where `leaderboard` logs its table
@@ -242,7 +242,7 @@ def main(
             "(needs W&B credentials: `wandb login` or WANDB_API_KEY)"
         )
         return
-    if not wandb_is_configured():
+    if not wandb_has_credentials():  # WANDB_MODE alone is no account to save to
         raise SystemExit("--publish: no W&B credentials; run `wandb login` or set WANDB_API_KEY")
     if not wandb_server_reachable():
         raise SystemExit("--publish: the W&B server cannot be reached; nothing was saved")

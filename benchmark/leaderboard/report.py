@@ -93,8 +93,8 @@ def report_html(
 
 
 def _metrics(entries: pd.DataFrame) -> list[str]:
-    """Metrics with a mean and a CI column and a value in this group: the registry's in its
-    order, then any other (e.g. `wall_time_s`) in the board's order."""
+    """Columns `<metric>_mean` (with `_ci95` where the board has it) with a value in this group:
+    the registry's metrics in its order, then any other (e.g. `wall_time_s`) in the board's."""
     means = [c[: -len("_mean")] for c in entries if c.endswith("_mean")]
     known = metric_columns(means)
     ordered = known + [m for m in means if m not in known]

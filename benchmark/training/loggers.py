@@ -32,7 +32,12 @@ from pytorch_lightning.utilities import rank_zero_only
 
 def wandb_is_configured() -> bool:
     """True if the user chose a W&B mode or has credentials (env var or `~/.netrc`)."""
-    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
+    return bool(os.environ.get("WANDB_MODE")) or wandb_has_credentials()
+
+
+def wandb_has_credentials() -> bool:
+    """True if an API key is set (`WANDB_API_KEY`) or saved by `wandb login` (`~/.netrc`)."""
+    if os.environ.get("WANDB_API_KEY"):
         return True
     try:
         return netrc.netrc().authenticators("api.wandb.ai") is not None

@@ -215,7 +215,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_offline_the_command_writes_the_spec_and_says_how_to_publish(
-    project: Path, capsys: pytest.CaptureFixture
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     circlebench(["dashboard", "--suite", "t"])
     out = capsys.readouterr().out
@@ -227,6 +227,7 @@ def test_offline_the_command_writes_the_spec_and_says_how_to_publish(
         read_results(spec.parent / "rows.csv"),
     )
     assert json.loads(spec.read_text()) == view_spec(build_view(board, rows, "t"))
+    monkeypatch.setenv("WANDB_MODE", "offline")  # a mode is no account to save to
     with pytest.raises(SystemExit, match="no W&B credentials; run `wandb login`"):
         circlebench(["dashboard", "--suite", "t", "--publish"])
     with pytest.raises(SystemExit, match="no rows for suite 't'"):
