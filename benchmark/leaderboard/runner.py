@@ -18,6 +18,7 @@ import ctypes
 import fcntl
 import functools
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import subprocess
@@ -28,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -118,7 +119,14 @@ def _forked_child(
 ) -> None:
     """In the forked child: own process group, death with the server, output to `log`."""
     os.setsid()  # a group of its own, so that end_running_cells can end it with its children
-    _die_with_parent()  # the server exits when this process's parent dies: so does the cell
+    # The server exits when its client (this process's leaderboard) dies, and the cell with it
+    # (PR_SET_PDEATHSIG), but only once no process holds the write end of the server's
+    # "client alive" pipe, which multiprocessing hands to every child it forks: let go of it.
+    server = cast(Any, multiprocessing.forkserver._forkserver)
+    if getattr(server, "_forkserver_alive_fd", None) is not None:
+        os.close(server._forkserver_alive_fd)
+        server._forkserver_alive_fd = None
+    _die_with_parent()
     if threads is not None:  # the server's libraries are loaded: set the pools' sizes directly
         import torch
 

@@ -45,7 +45,7 @@ def test_a_forked_cell_dies_with_a_killed_leaderboard_process(tmp_path: Path) ->
     pid_file = tmp_path / "cell.pid"
     cell = script(
         tmp_path,
-        f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n",
+        f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n",
     )
     parent = (
         "import runpy\nfrom pathlib import Path\nfrom benchmark.leaderboard import runner\n"
@@ -64,6 +64,7 @@ def test_a_forked_cell_dies_with_a_killed_leaderboard_process(tmp_path: Path) ->
     cell_pid = int(pid_file.read_text())
     leaderboard_process.kill()
     leaderboard_process.wait()
+    deadline = time.monotonic() + 30  # the cell would sleep for ten minutes
     while time.monotonic() < deadline:
         try:
             os.kill(cell_pid, 0)
