@@ -116,7 +116,9 @@ class CircleBenchCLI(LightningCLI):
             help="fit: evaluate the test set at the end",
         )
 
-    def before_instantiate_classes(self) -> None:
+    def parse_arguments(self, parser: Any, args: Any) -> None:
+        super().parse_arguments(parser, args)
+        # Before anything reads the config (the checkpoint check, the saved config, the hash).
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else self.config
         _data_seed_follows_run(config.get("data"), config.get("seed_everything"))
