@@ -22,7 +22,11 @@ from rich.console import Console
 from benchmark.leaderboard import numerics
 from benchmark.leaderboard.aggregate import aggregate_rows, read_leaderboard, write_csv
 from benchmark.leaderboard.check import compare
-from benchmark.leaderboard.markdown import leaderboard_markdown, read_paper_reference
+from benchmark.leaderboard.markdown import (
+    leaderboard_markdown,
+    read_paper_reference,
+    terminal_summary,
+)
 from benchmark.leaderboard.plots import write_plots
 from benchmark.leaderboard.report import write_report
 from benchmark.leaderboard.runner import (
@@ -190,6 +194,12 @@ def build(
         description=suite.description,
         fingerprint=numerics.read(out),
     )
+    for group, table in terminal_summary(board):
+        console.print(f"\n[bold]{group}[/]")
+        widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+        for line in table:
+            text = "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True))
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
     console.print(f"wrote {out / 'leaderboard.csv'}, {out / 'leaderboard.md'}, {len(plots)} plots")
     console.print(f"wrote {report}: open it in a browser")
     return board, summary

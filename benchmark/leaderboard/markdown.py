@@ -135,3 +135,31 @@ def _group_table(
         cells.append("–" if pd.isna(wall) else f"{float(wall):.0f}")
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
+
+
+def terminal_summary(board: pd.DataFrame) -> list[tuple[str, list[list[str]]]]:
+    """Per group, one row per loss: the first metric ± CI and its differences to the floor and
+    to pair-wise Circle loss: what the command prints when it has aggregated the board."""
+    tables = []
+    for group, rows in board.groupby("group", sort=False):
+        metrics = metric_columns([c[:-5] for c in rows if c.endswith("_mean")])
+        metrics = [m for m in metrics if rows[f"{m}_mean"].notna().any()]
+        if not metrics:
+            continue
+        first = metrics[0]
+        head = ["loss", "labels", "seeds", first, f"Δ floor {first}", f"Δ Circle {first}"]
+        body = [head]
+        for _, row in rows.iterrows():
+            deltas = [
+                format_difference(
+                    row.get(f"{first}_vs_{r}_mean", math.nan),
+                    row.get(f"{first}_vs_{r}_ci95", math.nan),
+                )
+                for r in ("floor", "circle")
+            ]
+            mean_ci = format_cell(row[f"{first}_mean"], row[f"{first}_ci95"], None)
+            body.append(
+                [str(row["loss"]), str(row["labels"]), str(row["n_seeds"]), mean_ci, *deltas]
+            )
+        tables.append((str(group), body))
+    return tables

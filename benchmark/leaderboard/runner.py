@@ -39,12 +39,18 @@ from benchmark.training.results import read_results
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PRELOAD = ["benchmark.training.cli"]  # what the fork server imports before forking cells
+LOST_STATUS = 255  # what multiprocessing reports when it cannot read a forked child's status
 _ACTIVE: set[int] = set()  # process groups of the cells running now (their leaders' pids)
 _ACTIVE_LOCK = threading.Lock()
 
 
 class CellFailedError(RuntimeError):
     """A cell's `fit` exited with an error; its log file says why."""
+
+
+class StatusLostError(CellFailedError):
+    """The fork server lost a cell's exit status: multiprocessing then reports 255. Seen once
+    in 345 cells, after the cell had written its row; the row decides (see `_run_one`)."""
 
 
 # (fit arguments, log file, CPU threads or None for torch's default) -> None;
@@ -74,6 +80,8 @@ def fork_runner(args: list[str], log: Path, threads: int | None) -> None:
     ended with this process), without importing the training stack again for every cell.
     """
     returncode = run_forked(_cell_main, (args,), log, threads)
+    if returncode == LOST_STATUS:
+        raise StatusLostError(f"exit status {returncode} (lost by the fork server?)")
     if returncode != 0:
         raise CellFailedError(f"exit status {returncode}")
 
@@ -358,7 +366,12 @@ def _run_one(cell: Cell, settings: CellSettings, summary: RunSummary, console: C
     args = cell_args(cell, settings.rows_csv, runs, wandb=settings.wandb, suite=settings.suite)
     start = time.perf_counter()
     try:
-        settings.runner(args, log, settings.threads)
+        try:
+            settings.runner(args, log, settings.threads)
+        except StatusLostError as error:  # the row, written last, says whether the cell ran
+            if cell.cell_id not in set(read_results(settings.rows_csv)["cell_id"]):
+                raise
+            console.print(f"[yellow]note[/] {cell.cell_id}: {error}, but its row was written")
         if cell.cell_id not in set(read_results(settings.rows_csv)["cell_id"]):
             raise CellFailedError(f"{cell.command} ended but wrote no row to {settings.rows_csv}")
     except CellFailedError as error:

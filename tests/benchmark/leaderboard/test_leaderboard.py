@@ -22,7 +22,11 @@ from benchmark.leaderboard import command as leaderboard
 from benchmark.leaderboard import numerics, runner
 from benchmark.leaderboard.aggregate import aggregate_rows, ci95, read_leaderboard
 from benchmark.leaderboard.check import compare
-from benchmark.leaderboard.markdown import format_difference, leaderboard_markdown
+from benchmark.leaderboard.markdown import (
+    format_difference,
+    leaderboard_markdown,
+    terminal_summary,
+)
 from benchmark.leaderboard.plots import write_plots
 from benchmark.leaderboard.suite import load_suite, suite_names
 from benchmark.training.results import FLOOR_LOSS, read_results
@@ -123,6 +127,14 @@ def test_markdown_marks_differences_whose_interval_excludes_zero() -> None:
     triplet_line = next(line for line in text.splitlines() if line.startswith("| TripletLoss"))
     assert "*" not in triplet_line.split("|")[-3]  # vs Circle: the interval straddles 0
     assert format_difference(1.0, 2.0) == "+1.00 ± 2.00" and format_difference(-3.0, 2.0)[-1] == "*"
+
+
+def test_the_terminal_summary_shows_each_loss_beside_the_floor() -> None:
+    ((_, table),) = terminal_summary(aggregate_rows(PAIRED_ROWS))
+    assert table[0] == ["loss", "labels", "seeds", "R@1", "Δ floor R@1", "Δ Circle R@1"]
+    circle = next(line for line in table if line[0] == "CircleLoss")
+    assert circle[4] == "+10.62 ± 2.86 *" and circle[5] == "–"
+    assert any(line[0] == "none (pretrained)" and line[4] == "–" for line in table)
 
 
 def test_markdown_shows_paper_numbers_only_for_declared_datasets() -> None:
@@ -496,3 +508,24 @@ def test_jobs_default_to_the_usable_cores_per_cell(monkeypatch: pytest.MonkeyPat
     assert leaderboard.default_jobs(2) == 2
     assert leaderboard.default_jobs(8) == 1
     assert leaderboard.default_jobs(None) == 1  # a cell with torch's default threads: all cores
+
+
+def test_a_lost_exit_status_counts_only_when_the_cell_wrote_its_row(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+) -> None:
+    calls: list[list[str]] = []
+    writes = fake_fit(calls)
+
+    def lost(args: list[str], log: Path, threads: int | None) -> None:
+        if "syn/circle/seed0" in args:  # writes its row, then its status is lost
+            writes(args, log, threads)
+        raise runner.StatusLostError("exit status 255")
+
+    monkeypatch.setitem(leaderboard.RUNNERS, leaderboard.DEFAULT_ISOLATION, lost)
+    with pytest.raises(SystemExit):  # the three cells without a row failed
+        leaderboard.main(["--suite", "t", "--no-wandb"])
+    rows = read_results(project / "results/suites/t/rows.csv")
+    assert list(rows["cell_id"]) == ["syn/circle/seed0"]
+    out = capfd.readouterr().out
+    assert "note syn/circle/seed0" in out and "FAIL syn/circle/seed0" not in out
+    assert "FAIL syn/circle/seed1" in out
