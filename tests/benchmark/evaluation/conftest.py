@@ -47,3 +47,18 @@ def evaluator(protocol: str, ks=(1, 2, 4), path: str = "float32", **kwargs) -> R
         arithmetic="auto" if path == "faiss" else name,
         **kwargs,
     )
+
+
+def ranking_metrics(ranking: list[tuple[float, int]], ks) -> dict[str, float] | None:
+    """Brute-force metrics of one query from its sorted (key, relevant) ranking; None when the
+    query has no positive. The definitions every reference in these tests shares."""
+    positions = [p + 1 for p, (_, rel) in enumerate(ranking) if rel]
+    r = len(positions)
+    if r == 0:
+        return None
+    row = {f"R@{k}": float(positions[0] <= k) for k in ks}
+    row["mAP"] = sum((k + 1) / p for k, p in enumerate(positions)) / r
+    row["MAP@R"] = sum((k + 1) / p for k, p in enumerate(positions) if p <= r) / r
+    row["R-Precision"] = sum(p <= r for p in positions) / r
+    row["mINP"] = r / positions[-1]  # INP: R over the hardest (last) positive's position
+    return row

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from benchmark.evaluation import RetrievalEvaluator
-from tests.benchmark.evaluation.conftest import PATHS, evaluator, force
+from tests.benchmark.evaluation.conftest import PATHS, evaluator, force, ranking_metrics
 
 
 @functools.cache
@@ -47,16 +47,9 @@ def brute_force(q, ql, g, gl, qc=None, gc=None, *, same_set: bool, ks=(1, 2, 4))
                 continue
             ranking.append((-sims[i, j].item(), int(gl[j] == ql[i])))
         ranking.sort()  # by similarity, descending; among equals negatives (0) first
-        positions = [p + 1 for p, (_, rel) in enumerate(ranking) if rel]
-        r = len(positions)
-        if r == 0:
-            continue
-        row = {f"R@{k}": float(positions[0] <= k) for k in ks}
-        row["mAP"] = sum((k + 1) / p for k, p in enumerate(positions)) / r
-        row["MAP@R"] = sum((k + 1) / p for k, p in enumerate(positions) if p <= r) / r
-        row["R-Precision"] = sum(p <= r for p in positions) / r
-        row["mINP"] = r / positions[-1]  # INP: R over the hardest (last) positive's position
-        per_query.append(row)
+        row = ranking_metrics(ranking, ks)
+        if row is not None:
+            per_query.append(row)
     skipped = len(q) - len(per_query)
     return {key: float(np.mean([row[key] for row in per_query])) for key in per_query[0]}, skipped
 

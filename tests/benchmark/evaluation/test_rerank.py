@@ -12,6 +12,7 @@ import torch
 from benchmark.evaluation import RetrievalEvaluator, _neighbours
 from benchmark.evaluation.rerank import KReciprocal, reranked_distances
 from benchmark.evaluation.similarity import prepare
+from tests.benchmark.evaluation.conftest import ranking_metrics
 
 PARAMS = [KReciprocal(), KReciprocal(k1=5, k2=1, lambda_=0.0), KReciprocal(k1=7, k2=3)]
 METRICS = ("recall", "mAP", "MAP@R", "R-Precision", "mINP")
@@ -61,16 +62,9 @@ def metrics_by_sort(dist, ql, gl, qc, gc, ks=(1, 2, 4)) -> tuple[dict[str, float
             for j in range(len(gl))
             if gl[j] != -1 and not (gl[j] == ql[i] and gc[j] == qc[i])
         )  # by distance ascending; among equals negatives (0) first
-        positions = [p + 1 for p, (_, rel) in enumerate(ranking) if rel]
-        r = len(positions)
-        if r == 0:
-            continue
-        row = {f"R@{k}": float(positions[0] <= k) for k in ks}
-        row["mAP"] = sum((k + 1) / p for k, p in enumerate(positions)) / r
-        row["MAP@R"] = sum((k + 1) / p for k, p in enumerate(positions) if p <= r) / r
-        row["R-Precision"] = sum(p <= r for p in positions) / r
-        row["mINP"] = r / positions[-1]
-        per_query.append(row)
+        row = ranking_metrics(ranking, ks)
+        if row is not None:
+            per_query.append(row)
     means = {key: float(np.mean([row[key] for row in per_query])) for key in per_query[0]}
     return means, len(ql) - len(per_query)
 

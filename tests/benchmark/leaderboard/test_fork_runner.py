@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import runpy
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from benchmark.leaderboard import runner
+from tests.benchmark.leaderboard.orphans import CELL, assert_cell_dies_with
 
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.skipif(not runner.fork_available(), reason="no fork server here")
@@ -43,10 +42,7 @@ def test_a_forked_cell_writes_its_log_with_its_threads_and_returns_its_status(
 
 def test_a_forked_cell_dies_with_a_killed_leaderboard_process(tmp_path: Path) -> None:
     pid_file = tmp_path / "cell.pid"
-    cell = script(
-        tmp_path,
-        f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n",
-    )
+    cell = script(tmp_path, CELL.format(pid_file=str(pid_file)))
     parent = (
         "import runpy\nfrom pathlib import Path\nfrom benchmark.leaderboard import runner\n"
         "runner.PRELOAD = []  # a server that imports nothing starts in a blink\n"
@@ -57,18 +53,4 @@ def test_a_forked_cell_dies_with_a_killed_leaderboard_process(tmp_path: Path) ->
     leaderboard_process = subprocess.Popen(
         [sys.executable, script(tmp_path.parent, parent)], cwd=REPO
     )
-    deadline = time.monotonic() + 120
-    while not pid_file.is_file() or not pid_file.read_text():
-        assert time.monotonic() < deadline and leaderboard_process.poll() is None
-        time.sleep(0.05)
-    cell_pid = int(pid_file.read_text())
-    leaderboard_process.kill()
-    leaderboard_process.wait()
-    deadline = time.monotonic() + 30  # the cell would sleep for ten minutes
-    while time.monotonic() < deadline:
-        try:
-            os.kill(cell_pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    pytest.fail(f"cell {cell_pid} outlived the killed leaderboard process")
+    assert_cell_dies_with(leaderboard_process, pid_file)

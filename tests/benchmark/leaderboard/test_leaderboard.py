@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +29,7 @@ from benchmark.leaderboard.markdown import (
 from benchmark.leaderboard.plots import write_plots
 from benchmark.leaderboard.suite import load_suite, suite_names
 from benchmark.training.results import FLOOR_LOSS, read_results
+from tests.benchmark.leaderboard.orphans import CELL, assert_cell_dies_with
 
 REPO = Path(__file__).resolve().parents[3]
 SETTINGS = {"dataset": "synthetic", "track": "end-to-end", "protocol": "same_set"}
@@ -479,27 +479,14 @@ def test_a_second_command_on_a_running_suite_is_refused(tmp_path: Path) -> None:
 def test_a_cell_dies_with_a_killed_leaderboard_process(tmp_path: Path) -> None:
     """SIGKILL of the leaderboard leaves no orphan cell to append a row later."""
     pid_file = tmp_path / "cell.pid"
-    cell = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    cell = CELL.format(pid_file=str(pid_file))
     parent = (
         "import sys; from pathlib import Path; from benchmark.leaderboard.runner import "
         f"run_in_own_group; run_in_own_group([sys.executable, '-c', {cell!r}], "
         f"Path({str(tmp_path / 'cell.log')!r}), {{}})"
     )
     leaderboard_process = subprocess.Popen([sys.executable, "-c", parent], cwd=REPO)
-    deadline = time.monotonic() + 60
-    while not pid_file.is_file() or not pid_file.read_text():
-        assert time.monotonic() < deadline and leaderboard_process.poll() is None
-        time.sleep(0.05)
-    cell_pid = int(pid_file.read_text())
-    leaderboard_process.kill()
-    leaderboard_process.wait()
-    while time.monotonic() < deadline:
-        try:
-            os.kill(cell_pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    pytest.fail(f"cell {cell_pid} outlived the killed leaderboard process")
+    assert_cell_dies_with(leaderboard_process, pid_file)
 
 
 def test_jobs_default_to_the_usable_cores_per_cell(monkeypatch: pytest.MonkeyPatch) -> None:
