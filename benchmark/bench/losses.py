@@ -173,11 +173,11 @@ def _random_centres(module: nn.Module) -> nn.Module:
 def cases(c: int, dim: int) -> list[tuple[str, Callable[[], nn.Module], Callable | None]]:
     """(name, loss factory, plain implementation of the same loss or None) for c classes."""
     peer = pml_circle()
+    circle = lambda: L.CircleLoss(m=0.25, gamma=256)  # noqa: E731
     return [
-        ("CircleLoss", lambda: L.CircleLoss(m=0.25, gamma=256), plain_circle),
-        ("CircleLoss/open-source", lambda: L.CircleLoss(m=0.25, gamma=256), open_source_circle),
-        *([("CircleLoss/pytorch-metric-learning", lambda: L.CircleLoss(m=0.25, gamma=256), peer)]
-          if peer else []),  # fmt: skip
+        ("CircleLoss", circle, plain_circle),
+        ("CircleLoss/open-source", circle, open_source_circle),
+        *([("CircleLoss/pytorch-metric-learning", circle, peer)] if peer else []),
         (
             "CircleLoss/ClassProxies",
             lambda: L.CircleLoss(0.25, 256, L.ClassProxies(c, dim)),
