@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
     auto = choose(cpu)  # the evaluator's own (cached) probe
     probe = probe_seconds(native(cpu), cpu)  # the same probe again, to show its times
     shown = ", ".join(f"{name} {1e3 * t:.1f} ms" for name, t in probe.items())
-    print(f"arithmetic probe (1,024 x 4,096 x 512 block, another run): {shown}; auto -> {auto}"
+    print(f"arithmetic probe (1,024 x 8,192 x 512 block, another run): {shown}; auto -> {auto}"
           f"{f' (set by {ENV_VAR})' if requested('auto') != 'auto' else ''}; "
           f"float32 products by {sgemm()}")  # fmt: skip
     paths = args.path or ["auto", *native(cpu), "faiss"]

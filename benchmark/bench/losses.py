@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import losses as L
-from benchmark.bench.timing import median_seconds
+from benchmark.bench.timing import machine, median_seconds
 
 INF = torch.inf
 BATCHES = {80: 5, 256: 4, 1024: 4}  # B -> K
@@ -153,6 +153,16 @@ def plain_copernican(mod, x, y):
     return F.cross_entropy(mod.softmax.classifier(x), y) + mod.lambda_ * copernican
 
 
+def pml_circle() -> Callable | None:
+    """pytorch-metric-learning's CircleLoss (m=0.25, γ=256) as a peer, None where it is absent."""
+    try:
+        from pytorch_metric_learning.losses import CircleLoss as PMLCircleLoss
+    except ImportError:
+        return None
+    peer = PMLCircleLoss(m=0.25, gamma=256)
+    return lambda mod, x, y: peer(x, y)
+
+
 def _random_centres(module: nn.Module) -> nn.Module:
     """Centres start at zero; random ones make the timed arithmetic representative."""
     for buffer in module.buffers():
@@ -161,10 +171,14 @@ def _random_centres(module: nn.Module) -> nn.Module:
 
 
 def cases(c: int, dim: int) -> list[tuple[str, Callable[[], nn.Module], Callable]]:
-    """(name, loss factory, plain implementation of the same loss) for c classes."""
+    """(name, loss factory, plain implementation of the same loss) for c classes; the
+    pytorch-metric-learning peer only where it is installed."""
+    peer = pml_circle()
+    circle = lambda: L.CircleLoss(m=0.25, gamma=256)  # noqa: E731
     return [
-        ("CircleLoss", lambda: L.CircleLoss(m=0.25, gamma=256), plain_circle),
-        ("CircleLoss/open-source", lambda: L.CircleLoss(m=0.25, gamma=256), open_source_circle),
+        ("CircleLoss", circle, plain_circle),
+        ("CircleLoss/open-source", circle, open_source_circle),
+        *([("CircleLoss/pytorch-metric-learning", circle, peer)] if peer else []),
         (
             "CircleLoss/ClassProxies",
             lambda: L.CircleLoss(0.25, 256, L.ClassProxies(c, dim)),
@@ -227,7 +241,12 @@ def main(argv: list[str] | None = None) -> None:
         f"forward+backward median, D={args.dim}, torch threads={torch.get_num_threads()}, "
         f"load average {load:.1f}"
     )
-    print("ours: this package (centre/planet updates included); plain: same loss, autograd")
+    print(machine())
+    print("ours: this package (centre/planet updates included); plain: same loss, autograd; "
+          "/pytorch-metric-learning: its CircleLoss as the plain column")  # fmt: skip
+    if pml_circle() is None:
+        print("pytorch-metric-learning not installed: its peer is skipped "
+              "(pip install 'circlebench[bench]')")  # fmt: skip
     print(f"{'loss':<26}{'B':>6}{'ours ms':>10}{'plain ms':>10}{'plain/ours':>12}  value")
     for batch in args.batch_sizes:
         k = BATCHES.get(batch, 4)

@@ -19,11 +19,11 @@ block's output rounding is added per threshold:
 
 `auto` keeps, per device, the arithmetics the hardware runs natively (bfloat16 only with AMX or
 AVX-512-BF16 on CPUs, compute capability 8 on GPUs; float16 on GPUs of capability 7; int8
-where torch has fbgemm) and times one probe block of each (1,024 × 4,096 × 512, best of five
-rounds taken in turn): the fastest wins after a handicap for its wider band (bfloat16/float16
-×1.15, int8 ×1.25: a lower precision must beat float32 by that much; on the EPYC int8 probes
-~1.5-2.5x faster and its whole evaluation 1.4-2x). float32 blocks use numpy's BLAS or torch's,
-whichever `sgemm` measured faster. The choice is cached per device and thread
+where torch has fbgemm) and times one probe block of each (1,024 × 8,192 × 512, best of five
+calls after a warm-up; about a second, once per process): the fastest wins after a handicap
+for its wider band (bfloat16/float16 ×1.15, int8 ×1.25: a lower precision must beat float32 by
+that much; on the EPYC int8 probes 1.45-1.75x faster at load ~2). float32 blocks use numpy's
+BLAS or torch's, whichever `sgemm` measured faster. The choice is cached per device and thread
 count for the process. The argument `arithmetic=` of `RetrievalEvaluator`, else the environment
 variable CIRCLEBENCH_EVAL_ARITHMETIC, overrides it; a named arithmetic runs even where the
 hardware lacks it, in a slow form with the same bound (the int8 products exactly emulated).
@@ -113,28 +113,29 @@ def native(device: torch.device) -> list[str]:
 
 
 def probe_seconds(names: list[str], device: torch.device, rounds: int = 5) -> dict[str, float]:
-    """Best time of each arithmetic's block of 1,024 × 4,096 at D = 512 over `rounds` rounds
-    that take turns (so a burst of load hits every candidate); inf where one fails."""
+    """Best time of each arithmetic's block of 1,024 × 8,192 at D = 512 over `rounds` calls
+    after a warm-up call; inf where one fails. Each candidate runs its calls back to back: taking
+    turns made every int8 call follow a numpy product, whose BLAS threads keep spinning after
+    it returns (on 2 cores int8 then probed 1.1x faster than float32 instead of 1.7x)."""
     gen = torch.Generator().manual_seed(0)
-    raw = torch.randn(1024 + 4096, 512, generator=gen)
-    runs = {}
+    raw = torch.randn(1024 + 8192, 512, generator=gen)
+    queries, gallery = torch.arange(1024), torch.arange(1024, 1024 + 8192)
+    best = {name: float("inf") for name in names}
     for name in names:
         emb = prepare(raw, "probe", low_dtype=LOW_DTYPES[name], device=device, chunk=4096)
         try:
-            shortlist = block(name, device)(emb.query.rows(torch.arange(1024)), emb.gallery)
+            query = emb.query.rows(queries)
+            shortlist = block(name, device)(query, emb.gallery.rows(gallery))
             shortlist.readout(0.0, 1.0)
-            shortlist(emb.query.values[:1024], 0)  # warm-up: packing, first-call set-up
-            runs[name] = (shortlist, emb.query.values[:1024])
+            for call in range(rounds + 1):  # the first: packing, first-call set-up
+                start = time.perf_counter()
+                shortlist(query.values, 0)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                if call:
+                    best[name] = min(best[name], time.perf_counter() - start)
         except (RuntimeError, NotImplementedError):  # e.g. an op this build lacks
             pass
-    best = {name: float("inf") for name in names}
-    for _ in range(rounds):
-        for name, (shortlist, q) in runs.items():
-            start = time.perf_counter()
-            shortlist(q, 0)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            best[name] = min(best[name], time.perf_counter() - start)
     return best
 
 
