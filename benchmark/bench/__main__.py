@@ -22,9 +22,11 @@ BENCHMARKS = {
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmark.bench", description=__doc__)
     parser.add_argument("what", choices=sorted(BENCHMARKS), help="which benchmark to run")
-    args, rest = parser.parse_known_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # Only the first word is ours: `losses --help` is the help of the losses benchmark.
+    args = parser.parse_args(argv[:1])
     module = importlib.import_module(BENCHMARKS[args.what][1])
-    module.main(rest)
+    module.main(argv[1:])
 
 
 if __name__ == "__main__":

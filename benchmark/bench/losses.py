@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     if pml_circle() is None:
         print("pytorch-metric-learning not installed: its peer is skipped "
               "(pip install 'circlebench[bench]')")  # fmt: skip
-    print(f"{'loss':<26}{'B':>6}{'ours ms':>10}{'plain ms':>10}{'plain/ours':>12}  value")
+    print(f"{'loss':<36}{'B':>6}{'ours ms':>10}{'plain ms':>10}{'plain/ours':>12}  value")
     for batch in args.batch_sizes:
         k = BATCHES.get(batch, 4)
         labels = torch.arange(batch // k).repeat_interleave(k)
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
                 rounds=args.rounds,
             )
             print(
-                f"{name:<26}{len(labels):>6}{ours_s * 1e3:>10.3f}{plain_s * 1e3:>10.3f}"
+                f"{name:<36}{len(labels):>6}{ours_s * 1e3:>10.3f}{plain_s * 1e3:>10.3f}"
                 f"{plain_s / ours_s:>11.2f}x  {verdict}",
                 flush=True,
             )
