@@ -43,7 +43,12 @@ def main(argv: list[str] | None = None) -> None:
         what = f"unknown command {command!r}" if command else "no command given"
         raise SystemExit(f"circlebench: {what}; choose one of: {', '.join(COMMANDS)}\n\n{usage()}")
     module = importlib.import_module(COMMANDS[command][0])
-    module.main(args if command in TRAINING else args[1:])
+    if command in TRAINING:
+        # From the shell, LightningCLI reads sys.argv itself: handed the same words as `args`
+        # it would warn on every run that both were given.
+        module.main(None if argv is None else args)
+    else:
+        module.main(args[1:])
 
 
 if __name__ == "__main__":

@@ -164,3 +164,18 @@ def test_dispatcher_sends_leaderboard_arguments_and_rejects_unknown_commands(mon
     assert seen == [["--suite", "quick"]]
     with pytest.raises(SystemExit, match="unknown command 'fitt'; choose one of: fit, validate"):
         main(["fitt"])
+
+
+def test_from_the_shell_lightning_reads_the_words_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Handed sys.argv's own words as `args`, LightningCLI warns on every run that both were
+    given; the dispatcher hands it None then, and the words only when called with a list."""
+    import benchmark.training.cli
+
+    seen: list[list[str] | None] = []
+    monkeypatch.setattr(benchmark.training.cli, "main", seen.append)
+    monkeypatch.setattr(sys, "argv", ["circlebench", "fit", "--config", "x.yaml"])
+    main()
+    main(["test", "--config", "y.yaml"])
+    assert seen == [None, ["test", "--config", "y.yaml"]]
