@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from benchmark.evaluation.threads import like_torch
 from losses import _circle_cpu
 from losses.base import PairSimilarityLoss
 
@@ -47,11 +48,12 @@ class _CircleLossFunction(torch.autograd.Function):
             one = np.ones((), dtype=np.float32 if sim.dtype == torch.float32 else np.float64)
             exps = torch.empty_like(sim)  # [B, N]
             sums_p, sums_n, z = (sim.new_empty(sim.shape[0]) for _ in range(3))
-            disjoint = _circle_cpu.forward(
-                sim.detach().numpy(), pos_mask.numpy(), neg_mask.numpy(), one * (1 - m),
-                one * (1 + m), one * m, one * gamma, exps.numpy(), sums_p.numpy(),
-                sums_n.numpy(), z.numpy(),
-            )  # fmt: skip
+            with like_torch():
+                disjoint = _circle_cpu.forward(
+                    sim.detach().numpy(), pos_mask.numpy(), neg_mask.numpy(), one * (1 - m),
+                    one * (1 + m), one * m, one * gamma, exps.numpy(), sums_p.numpy(),
+                    sums_n.numpy(), z.numpy(),
+                )  # fmt: skip
             if disjoint:
                 ctx.compiled = True
                 ctx.save_for_backward(sim, pos_mask, neg_mask, exps, sums_p, sums_n, z)
@@ -77,12 +79,13 @@ class _CircleLossFunction(torch.autograd.Function):
             coef_p, coef_n = -coef / sum_p.clamp_min(1), coef / sum_n.clamp_min(1)
             one = np.ones((), dtype=np.float32 if sim.dtype == torch.float32 else np.float64)
             grad_sim = torch.empty_like(sim)
-            _circle_cpu.backward(
-                sim.detach().numpy(), pos_mask.numpy(), neg_mask.numpy(), one * (1 + ctx.m),
-                one * ctx.m,
-                exps.numpy(), coef_p.contiguous().numpy(), coef_n.contiguous().numpy(),
-                grad_sim.numpy(),
-            )  # fmt: skip
+            with like_torch():
+                _circle_cpu.backward(
+                    sim.detach().numpy(), pos_mask.numpy(), neg_mask.numpy(), one * (1 + ctx.m),
+                    one * ctx.m,
+                    exps.numpy(), coef_p.contiguous().numpy(), coef_n.contiguous().numpy(),
+                    grad_sim.numpy(),
+                )  # fmt: skip
             return grad_sim, None, None, None, None, None
         exp_p, exp_n, sum_p, sum_n, alpha, z = ctx.saved_tensors
         coef = grad * torch.sigmoid(z) * ctx.gamma  # [B]

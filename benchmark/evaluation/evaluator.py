@@ -31,6 +31,7 @@ from benchmark.evaluation.ranks import Block, positive_ranks
 from benchmark.evaluation.rerank import KReciprocal, RerankMethod, rerank_method, reranked_ranks
 from benchmark.evaluation.sets import PROTOCOLS, RetrievalProtocol, evaluation_sets
 from benchmark.evaluation.similarity import UnitEmbeddings, prepare, unit_rows
+from benchmark.evaluation.threads import like_torch
 
 BACKENDS = ("auto", "torch", "faiss")
 FAISS_GPU_HINT = (
@@ -167,6 +168,20 @@ class RetrievalEvaluator:
             ValueError: on malformed inputs, and when no query has a positive in the gallery
                 (every metric would be 0: usually labels that do not match between the sets).
         """
+        with like_torch():  # the compiled scans and re-checks: as many threads as torch's
+            return self._evaluate(
+                query_emb, query_labels, gallery_emb, gallery_labels, query_cams, gallery_cams
+            )
+
+    def _evaluate(
+        self,
+        query_emb: Tensor | np.ndarray,
+        query_labels: Tensor | np.ndarray,
+        gallery_emb: Tensor | np.ndarray | None,
+        gallery_labels: Tensor | np.ndarray | None,
+        query_cams: Tensor | np.ndarray | None,
+        gallery_cams: Tensor | np.ndarray | None,
+    ) -> dict[str, float]:
         sets = evaluation_sets(
             self.protocol, query_emb, query_labels, gallery_emb, gallery_labels,
             query_cams, gallery_cams,
