@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from benchmark.leaderboard.suite import Cell
-from benchmark.training.results import read_results
+from benchmark.training.results import drop_rows, read_results
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PRELOAD = ["benchmark.training.cli"]  # what the fork server imports before forking cells
@@ -247,12 +247,19 @@ class RunSummary:
 
 
 def cell_args(
-    cell: Cell, rows_csv: Path, run_root: Path, *, wandb: bool = True, suite: str = ""
+    cell: Cell,
+    rows_csv: Path,
+    run_root: Path,
+    *,
+    wandb: bool = True,
+    suite: str = "",
+    recipe: str = "",
 ) -> list[str]:
     """The `circlebench fit|test` command line of one cell; its run folder goes under `run_root`.
 
     Args:
         suite: recorded in the run's W&B config, which dashboards filter by.
+        recipe: the cell's `Cell.recipe`, recorded in its row.
     """
     return [
         cell.command,
@@ -264,6 +271,7 @@ def cell_args(
         str(rows_csv),
         "--cell_id",
         cell.cell_id,
+        *(["--cell_recipe", recipe] if recipe else []),
         *(["--suite", suite] if suite else []),
         f"--trainer.default_root_dir={run_root}",
         f"--wandb={str(wandb).lower()}",
@@ -326,7 +334,20 @@ def _run_unfinished(
     console: Console,
     jobs: int,
 ) -> None:
-    done = set(read_results(settings.rows_csv)["cell_id"])
+    rows = read_results(settings.rows_csv)
+    # A row without a recipe predates them: it counts as done (nothing says otherwise).
+    made_by = rows["cell_recipe"] if "cell_recipe" in rows else [""] * len(rows)
+    recorded = dict(zip(rows["cell_id"], made_by, strict=True))
+    recipes = {cell.cell_id: cell.recipe(root, settings.threads) for cell in cells}
+    stale = {c for c, r in recorded.items() if r and c in recipes and r != recipes[c]}
+    if stale:
+        drop_rows(settings.rows_csv, stale)
+        console.print(
+            f"[yellow]stale[/] {len(stale)} row(s) made before their cell's suite entry or "
+            f"config changed, removed to run again: {', '.join(sorted(stale)[:5])}"
+            + (", ..." if len(stale) > 5 else "")
+        )
+    done = set(recorded) - stale
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task("cells", total=len(cells))
@@ -345,7 +366,7 @@ def _run_unfinished(
 
         def run(cell: Cell) -> None:
             progress.update(task, description=cell.cell_id)
-            _run_one(cell, settings, summary, progress.console)
+            _run_one(cell, recipes[cell.cell_id], settings, summary, progress.console)
             progress.advance(task)
 
         pool = ThreadPoolExecutor(max_workers=jobs)  # its threads only wait on processes
@@ -359,11 +380,15 @@ def _run_unfinished(
         progress.update(task, description="cells")
 
 
-def _run_one(cell: Cell, settings: CellSettings, summary: RunSummary, console: Console) -> None:
+def _run_one(
+    cell: Cell, recipe: str, settings: CellSettings, summary: RunSummary, console: Console
+) -> None:
     log = settings.work_dir / "logs" / f"{cell.cell_id.replace('/', '__')}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     runs = settings.work_dir / "runs"
-    args = cell_args(cell, settings.rows_csv, runs, wandb=settings.wandb, suite=settings.suite)
+    args = cell_args(
+        cell, settings.rows_csv, runs, wandb=settings.wandb, suite=settings.suite, recipe=recipe
+    )
     start = time.perf_counter()
     try:
         try:

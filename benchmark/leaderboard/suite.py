@@ -21,15 +21,19 @@ groups:
 ```
 
 A cell is one `fit` run, named `<group>/<config stem>/seed<seed>`; its results row carries
-that name in the `cell_id` column, which is how a rerun knows the cell is done. A group with a
-`floor` also gets one `test` cell per seed, `<group>/floor/seed<seed>`: that config evaluated
-with no training (the row's loss is `none (pretrained)`), which every other row of the group
-is compared with, seed by seed.
+that name in the `cell_id` column, which is how a rerun knows the cell is done, and the cell's
+recipe (`Cell.recipe`: a hash of its command line and config file) in `cell_recipe`, which is
+how a rerun knows that a row was made by an older version of the suite entry or config. A
+group with a `floor` also gets one `test` cell per seed, `<group>/floor/seed<seed>`: that
+config evaluated with no training (the row's loss is `none (pretrained)`), which every other
+row of the group is compared with, seed by seed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -85,6 +89,16 @@ class Cell:
     @property
     def cell_id(self) -> str:
         return f"{self.experiment}/seed{self.seed}"
+
+    def recipe(self, root: Path, threads: int | None) -> str:
+        """What the cell computes, as 16 hex digits: its command, config file (path and
+        content), overrides, seed and CPU threads (results depend on them). A row with another
+        recipe under this cell's id was made by an older suite entry or config."""
+        path = root / self.config
+        config = path.read_bytes() if path.is_file() else b""  # then the cell fails, saying why
+        content = hashlib.sha256(config).hexdigest()
+        what = [self.command, str(self.config), content, list(self.overrides), self.seed, threads]
+        return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

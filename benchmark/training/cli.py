@@ -51,6 +51,7 @@ UNHASHED = {
     "": (
         "results_csv",
         "cell_id",
+        "cell_recipe",
         "suite",
         "wandb",
         "test_after_fit",
@@ -105,6 +106,9 @@ class CircleBenchCLI(LightningCLI):
             help="CSV the results row goes to",
         )
         parser.add_argument("--cell_id", type=str, default="", help="leaderboard cell of this run")
+        parser.add_argument(
+            "--cell_recipe", type=str, default="", help="that cell's recipe (set by leaderboard)"
+        )
         parser.add_argument("--suite", type=str, default="", help="leaderboard suite of this run")
         parser.add_argument(
             "--wandb", type=bool, default=True, help="log to W&B (offline unless configured)"
@@ -258,6 +262,7 @@ class CircleBenchCLI(LightningCLI):
                 "git_sha": git_sha(),
                 "config_hash": config_hash(hashed_config(config)),
                 "run_dir": str(self.run_dir),
+                "cell_recipe": config.get("cell_recipe") or "",
             },
         )
 

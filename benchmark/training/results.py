@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 # Columns after the metrics: how the numbers were obtained, not what was run.
 PROVENANCE_COLUMNS = (
     "eval_backend", "skipped_queries", "checkpoint", "global_step", "wall_time_s", "git_sha",
-    "config_hash", "run_dir",
+    "config_hash", "run_dir", "cell_recipe",
 )  # fmt: skip
 FLOOR_LOSS = "none (pretrained)"  # the loss column of an untrained model's row
 
@@ -76,6 +76,7 @@ class ResultRow:
     git_sha: str = ""
     config_hash: str = ""
     run_dir: str = ""
+    cell_recipe: str = ""  # the leaderboard cell's recipe (`suite.Cell.recipe`); "" outside one
 
     def as_flat_dict(self) -> dict[str, str | int | float]:
         """Columns in a fixed order: identity, metrics in registry order, provenance."""
@@ -122,7 +123,7 @@ def result_row(
         loss_params: the loss's constructor arguments as configured (JSON).
         trained: the checkpoint that was evaluated; None for the untrained model, recorded as
             the floor (loss `none (pretrained)`, 0 epochs).
-        provenance: `wall_time_s`, `git_sha`, `config_hash` and `run_dir`.
+        provenance: `wall_time_s`, `git_sha`, `config_hash`, `run_dir` and `cell_recipe`.
     """
     if model.test_result is None:
         raise ValueError("result_row: the model has not been tested (no test_result)")
@@ -185,6 +186,22 @@ def append_row(path: str | Path, row: ResultRow) -> None:
         writer = csv.DictWriter(buffer, fieldnames=header, restval="", lineterminator="\n")
         writer.writeheader()
         writer.writerows([*rows, new])
+        write_text(path, buffer.getvalue())
+
+
+def drop_rows(path: str | Path, cell_ids: set[str]) -> None:
+    """Remove the rows of `cell_ids` from the CSV at `path`, under `append_row`'s lock."""
+    path = Path(path)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            header = list(reader.fieldnames or [])
+            rows = [r for r in reader if r["cell_id"] not in cell_ids]
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=header, restval="", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
         write_text(path, buffer.getvalue())
 
 

@@ -278,7 +278,9 @@ def fake_fit(calls: list[list[str]]):
         np.savez(run_dir / "similarities.npz", sp=rng.uniform(0.3, 1, 50), sn=rng.uniform(0, 1, 50))
         loss = "TripletLoss" if "triplet" in value["--cell_id"] else "CircleLoss"
         seed = int(value["--seed_everything"])
+        recipe = value.get("--cell_recipe", "")
         result = row(value["--cell_id"], seed, 50.0 + seed, loss=loss, run_dir=str(run_dir))
+        result["cell_recipe"] = recipe
         path = Path(value["--results_csv"])
         path.parent.mkdir(parents=True, exist_ok=True)
         new = not path.exists()
@@ -381,6 +383,35 @@ def test_suite_runs_once_then_resumes(project: Path, monkeypatch: pytest.MonkeyP
     rows[rows["cell_id"] != "syn/triplet/seed1"].to_csv(rows_csv, index=False)
     leaderboard.main(["--suite", "t", "--no-wandb"])
     assert [a[a.index("--cell_id") + 1] for a in calls[4:]] == ["syn/triplet/seed1"]
+
+
+def test_a_row_made_before_its_suite_entry_changed_runs_again(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.setitem(leaderboard.RUNNERS, leaderboard.DEFAULT_ISOLATION, fake_fit(calls))
+    leaderboard.main(["--suite", "t", "--no-wandb"])
+    rows_csv = project / "results/suites/t/rows.csv"
+    assert read_results(rows_csv)["cell_recipe"].str.fullmatch("[0-9a-f]{16}").all()
+    # An edited config file: only its cells run again, and their old rows are gone.
+    (project / "experiments/syn/triplet.yaml").write_text("trainer: {max_epochs: 5}\n")
+    leaderboard.main(["--suite", "t", "--no-wandb"])
+    assert [a[a.index("--cell_id") + 1] for a in calls[4:]] == [
+        "syn/triplet/seed0", "syn/triplet/seed1",
+    ]  # fmt: skip
+    assert "stale" in capfd.readouterr().out
+    rows = read_results(rows_csv)
+    assert sorted(rows["cell_id"]) == sorted(set(rows["cell_id"]))  # one row per cell
+    # A changed suite entry (its overrides): every cell of it runs again.
+    suite_file = project / "experiments/suites/t.yaml"
+    suite_file.write_text(suite_file.read_text().replace("max_epochs=2", "max_epochs=3"))
+    leaderboard.main(["--suite", "t", "--no-wandb"])
+    assert len(calls) == 10 and len(read_results(rows_csv)) == 4
+    # A row from before recipes were recorded counts as done.
+    rows = read_results(rows_csv).assign(cell_recipe="")
+    rows.to_csv(rows_csv, index=False)
+    leaderboard.main(["--suite", "t", "--no-wandb"])
+    assert len(calls) == 10
 
 
 def test_check_regenerates_and_compares(

@@ -34,7 +34,7 @@ CONTRACT_COLUMNS = [
     "embedding_dim", "image_size", "p", "k", "epochs", "seed", "include_val", "rerank",
     "R@1", "R@2", "R@10", "mAP", "MAP@R", "R-Precision",
     "eval_backend", "skipped_queries", "checkpoint", "global_step", "wall_time_s", "git_sha",
-    "config_hash", "run_dir",
+    "config_hash", "run_dir", "cell_recipe",
 ]  # fmt: skip
 
 
