@@ -293,6 +293,14 @@ def fake_fit(calls: list[list[str]]):
     return run
 
 
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The command lines of the cells run: `fake_fit` stands in for the default runner."""
+    seen: list[list[str]] = []
+    monkeypatch.setitem(leaderboard.RUNNERS, leaderboard.DEFAULT_ISOLATION, fake_fit(seen))
+    return seen
+
+
 def test_a_group_floor_adds_one_test_cell_per_seed(project: Path) -> None:
     (project / "experiments/suites/f.yaml").write_text(
         "seeds: [0, 1]\ngroups:\n"
@@ -359,9 +367,7 @@ def test_suite_errors_name_the_problem(project: Path, capsys: pytest.CaptureFixt
         load_suite("t", project)
 
 
-def test_suite_runs_once_then_resumes(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[list[str]] = []
-    monkeypatch.setitem(leaderboard.RUNNERS, leaderboard.DEFAULT_ISOLATION, fake_fit(calls))
+def test_suite_runs_once_then_resumes(project: Path, calls: list[list[str]]) -> None:
     leaderboard.main(["--suite", "t", "--no-wandb"])
     assert [a[a.index("--cell_id") + 1] for a in calls] == [
         "syn/circle/seed0", "syn/circle/seed1", "syn/triplet/seed0", "syn/triplet/seed1",
@@ -386,10 +392,8 @@ def test_suite_runs_once_then_resumes(project: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_a_row_made_before_its_suite_entry_changed_runs_again(
-    project: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+    project: Path, calls: list[list[str]], capfd: pytest.CaptureFixture
 ) -> None:
-    calls: list[list[str]] = []
-    monkeypatch.setitem(leaderboard.RUNNERS, leaderboard.DEFAULT_ISOLATION, fake_fit(calls))
     leaderboard.main(["--suite", "t", "--no-wandb"])
     rows_csv = project / "results/suites/t/rows.csv"
     assert read_results(rows_csv)["cell_recipe"].str.fullmatch("[0-9a-f]{16}").all()
@@ -415,10 +419,8 @@ def test_a_row_made_before_its_suite_entry_changed_runs_again(
 
 
 def test_check_regenerates_and_compares(
-    project: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+    project: Path, calls: list[list[str]], capfd: pytest.CaptureFixture
 ) -> None:
-    calls: list[list[str]] = []
-    monkeypatch.setitem(leaderboard.RUNNERS, leaderboard.DEFAULT_ISOLATION, fake_fit(calls))
     leaderboard.main(["--suite", "t", "--no-wandb"])
     leaderboard.main(["--suite", "t", "--check", "--no-wandb", "--jobs", "2"])
     assert len(calls) == 8  # the check reran every cell in a temporary folder
@@ -441,12 +443,10 @@ def test_check_regenerates_and_compares(
 
 
 def test_check_seeds_rerun_those_cells_against_their_committed_rows(
-    project: Path, monkeypatch: pytest.MonkeyPatch
+    project: Path, calls: list[list[str]]
 ) -> None:
     suite_file = project / "experiments/suites/t.yaml"
     suite_file.write_text("check_seeds: [1]\n" + suite_file.read_text())
-    calls: list[list[str]] = []
-    monkeypatch.setitem(leaderboard.RUNNERS, leaderboard.DEFAULT_ISOLATION, fake_fit(calls))
     leaderboard.main(["--suite", "t", "--no-wandb"])
     leaderboard.main(["--suite", "t", "--check", "--no-wandb"])
     assert [a[a.index("--cell_id") + 1] for a in calls[4:]] == [
