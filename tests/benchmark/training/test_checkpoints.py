@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +45,12 @@ def circlebench(tmp: Path, *args: str, config: str = "circle_class") -> subproce
         str(FINE / f"{config}.yaml"),
     ]
     command += [*TINY, f"--results_csv={tmp / 'runs.csv'}", f"--trainer.default_root_dir={tmp}"]
-    return subprocess.run(command, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+    # A shell's background job (`cmd &`) starts with SIGINT ignored, and so would this run:
+    # give it the default, as a terminal's Ctrl-C finds it.
+    return subprocess.run(
+        command, cwd=tmp, env=env, capture_output=True, text=True, timeout=300,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
 
 
 def rows(tmp: Path) -> list[dict[str, str]]:
