@@ -341,15 +341,24 @@ def _ieee_float32() -> Iterator[None]:
 @contextlib.contextmanager
 def _quantized_ops() -> Iterator[None]:
     """fbgemm as the quantized engine (its u8 × s8 kernels are the ones the bound is derived
-    for), without the deprecation warning of quantized tensors (they are internal here)."""
+    for), without the deprecation warning of quantized tensors (they are internal here), and
+    allowed under `torch.use_deterministic_algorithms(True)` (a Lightning `deterministic: true`
+    run): torch flags the quantized ops' output resize as nondeterministic, but their int32
+    sums are exact and the levels a function of them, so every run gives the same block."""
     engine = torch.backends.quantized.engine
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*quantiz.*deprecated", category=UserWarning)
         if engine != "fbgemm" and _has_fbgemm():
             torch.backends.quantized.engine = "fbgemm"
+        if deterministic:
+            torch.use_deterministic_algorithms(False)
         try:
             yield
         finally:
+            if deterministic:
+                torch.use_deterministic_algorithms(True, warn_only=warn_only)
             if torch.backends.quantized.engine != engine:
                 torch.backends.quantized.engine = engine
 

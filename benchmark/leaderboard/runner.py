@@ -339,7 +339,9 @@ def _run_unfinished(
     made_by = rows["cell_recipe"] if "cell_recipe" in rows else [""] * len(rows)
     recorded = dict(zip(rows["cell_id"], made_by, strict=True))
     recipes = {cell.cell_id: cell.recipe(root, settings.threads) for cell in cells}
-    stale = {c for c, r in recorded.items() if r and c in recipes and r != recipes[c]}
+    # Only rows that can be made again are removed: a cell whose data is absent keeps its row.
+    runnable = {cell.cell_id for cell in cells if cell.group.missing_data(root) is None}
+    stale = {c for c, r in recorded.items() if r and c in runnable and r != recipes[c]}
     if stale:
         drop_rows(settings.rows_csv, stale)
         console.print(

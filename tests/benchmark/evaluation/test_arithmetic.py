@@ -85,6 +85,29 @@ def test_int8_blocks_equal_their_exact_emulation() -> None:
         assert torch.equal(fast(q, start), slow(q, start))
 
 
+@pytest.fixture
+def deterministic_run():
+    """What a Lightning `deterministic: true` run sets for its whole process."""
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(False)
+
+
+def test_int8_runs_in_a_deterministic_run_and_leaves_it_so(deterministic_run: None) -> None:
+    """torch refuses its quantized ops under deterministic algorithms; their sums are exact,
+    so the evaluator allows them for the block and sets the flag back."""
+    if not arithmetic._has_fbgemm():
+        pytest.skip("this torch has no fbgemm")
+    emb, labels = hard_rows(64, 3), torch.arange(300) % 8
+    ev = RetrievalEvaluator("same_set", (1, 4), ("recall", "mAP"), arithmetic="int8")
+    result = ev.evaluate(emb, labels)
+    assert ev.last_backend == "torch-cpu-int8"
+    assert torch.are_deterministic_algorithms_enabled()
+    reference = RetrievalEvaluator("same_set", (1, 4), ("recall", "mAP"), arithmetic="float32")
+    assert result == reference.evaluate(emb, labels)
+    assert arithmetic.probe_seconds(["int8"], CPU, rounds=1)["int8"] < float("inf")
+
+
 @pytest.mark.parametrize("name", ["bfloat16", "float32", "float32-numpy", "float16"])
 def test_cpu_blocks_tile_and_reuse_their_buffer(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(arithmetic.CpuShortlist, "_TILE", 7)  # ragged last tile

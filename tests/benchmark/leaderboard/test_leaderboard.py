@@ -411,6 +411,12 @@ def test_a_row_made_before_its_suite_entry_changed_runs_again(
     suite_file.write_text(suite_file.read_text().replace("max_epochs=2", "max_epochs=3"))
     leaderboard.main(["--suite", "t", "--no-wandb"])
     assert len(calls) == 10 and len(read_results(rows_csv)) == 4
+    # A stale row of a cell whose data is absent stays: nothing could make it again.
+    rows = read_results(rows_csv)
+    cub = rows.iloc[[0]].assign(cell_id="cub/circle/seed0", cell_recipe="0" * 16)
+    pd.concat([rows, cub]).to_csv(rows_csv, index=False)
+    leaderboard.main(["--suite", "t", "--no-wandb"])
+    assert len(calls) == 10 and "cub/circle/seed0" in set(read_results(rows_csv)["cell_id"])
     # A row from before recipes were recorded counts as done.
     rows = read_results(rows_csv).assign(cell_recipe="")
     rows.to_csv(rows_csv, index=False)
