@@ -45,7 +45,7 @@ class _CircleLossFunction(torch.autograd.Function):
     def forward(ctx, sim, alpha, pos_mask, neg_mask, m: float, gamma: float):  # type: ignore[override]
         ctx.gamma, ctx.m = gamma, m
         if alpha is None and _CircleLossFunction.compiles(sim, pos_mask, neg_mask):
-            one = np.ones((), dtype=np.float32 if sim.dtype == torch.float32 else np.float64)
+            one = _numpy_one(sim)
             exps = torch.empty_like(sim)  # [B, N]
             sums_p, sums_n, z = (sim.new_empty(sim.shape[0]) for _ in range(3))
             with like_torch():
@@ -77,7 +77,7 @@ class _CircleLossFunction(torch.autograd.Function):
             sim, pos_mask, neg_mask, exps, sum_p, sum_n, z = ctx.saved_tensors
             coef = grad * torch.sigmoid(z) * ctx.gamma  # [B]
             coef_p, coef_n = -coef / sum_p.clamp_min(1), coef / sum_n.clamp_min(1)
-            one = np.ones((), dtype=np.float32 if sim.dtype == torch.float32 else np.float64)
+            one = _numpy_one(sim)
             grad_sim = torch.empty_like(sim)
             with like_torch():
                 _circle_cpu.backward(
@@ -108,6 +108,12 @@ class _CircleLossFunction(torch.autograd.Function):
             and pos_mask.is_contiguous()
             and neg_mask.is_contiguous()
         )
+
+
+def _numpy_one(sim: Tensor) -> np.ndarray:
+    """1 as a numpy scalar of `sim`'s dtype: the compiled passes' constants are multiples of
+    it, so their arithmetic stays in that dtype (a Python float would promote float32)."""
+    return np.ones((), dtype=np.float32 if sim.dtype == torch.float32 else np.float64)
 
 
 def circle_weights(sim: Tensor, pos_mask: Tensor, *, m: float) -> Tensor:

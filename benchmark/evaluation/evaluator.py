@@ -151,6 +151,7 @@ class RetrievalEvaluator:
         name = f"torch-{device.type}-{arithmetic}"
         return name, device, _arithmetic.block(arithmetic, device), low_dtype
 
+    @like_torch()  # the compiled scans and re-checks: as many threads as torch's
     def evaluate(
         self,
         query_emb: Tensor | np.ndarray,
@@ -168,20 +169,6 @@ class RetrievalEvaluator:
             ValueError: on malformed inputs, and when no query has a positive in the gallery
                 (every metric would be 0: usually labels that do not match between the sets).
         """
-        with like_torch():  # the compiled scans and re-checks: as many threads as torch's
-            return self._evaluate(
-                query_emb, query_labels, gallery_emb, gallery_labels, query_cams, gallery_cams
-            )
-
-    def _evaluate(
-        self,
-        query_emb: Tensor | np.ndarray,
-        query_labels: Tensor | np.ndarray,
-        gallery_emb: Tensor | np.ndarray | None,
-        gallery_labels: Tensor | np.ndarray | None,
-        query_cams: Tensor | np.ndarray | None,
-        gallery_cams: Tensor | np.ndarray | None,
-    ) -> dict[str, float]:
         sets = evaluation_sets(
             self.protocol, query_emb, query_labels, gallery_emb, gallery_labels,
             query_cams, gallery_cams,

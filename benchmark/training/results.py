@@ -16,9 +16,10 @@ import io
 import json
 import math
 import subprocess
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -42,6 +43,7 @@ PROVENANCE_COLUMNS = (
     "config_hash", "run_dir", "cell_recipe",
 )  # fmt: skip
 FLOOR_LOSS = "none (pretrained)"  # the loss column of an untrained model's row
+Rows = list[dict[str, Any]]  # CSV rows by column name, as `csv.DictReader` gives them
 
 
 @dataclass(frozen=True)
@@ -163,41 +165,42 @@ def result_row(
 
 
 def append_row(path: str | Path, row: ResultRow) -> None:
-    """Append `row` to the CSV at `path`, safe when several processes finish at once.
+    """Append `row` to the CSV at `path`, safe when several processes finish at once
+    (`_rewrite`); the header widens if this row brings new metric columns."""
+    new = row.as_flat_dict()
 
-    An exclusive `fcntl` lock on a sidecar `.lock` file serialises writers; the new content (old
-    rows + this one, with the header widened if this row brings new metric columns) replaces
-    the CSV through `replaced`.
+    def add(header: list[str], rows: Rows) -> tuple[list[str], Rows]:
+        return [*header, *(k for k in new if k not in header)], [*rows, new]
+
+    _rewrite(path, add)
+
+
+def drop_rows(path: str | Path, cell_ids: set[str]) -> None:
+    """Remove the rows of `cell_ids` from the CSV at `path` (`_rewrite`)."""
+    _rewrite(path, lambda header, rows: (header, [r for r in rows if r["cell_id"] not in cell_ids]))
+
+
+def _rewrite(
+    path: str | Path,
+    edit: Callable[[list[str], Rows], tuple[list[str], Rows]],
+) -> None:
+    """Replace the CSV at `path` by `edit(header, rows)` of its content (none if absent).
+
+    An exclusive `fcntl` lock on a sidecar `.lock` file serialises writers across processes;
+    the new content replaces the CSV atomically (`write_text`), so a reader never sees half.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    new = row.as_flat_dict()
     with open(path.with_name(path.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        rows: list[dict[str, str]] = []
+        rows: Rows = []
         header: list[str] = []
         if path.exists():
             with open(path, newline="") as f:
                 reader = csv.DictReader(f)
                 header = list(reader.fieldnames or [])
                 rows = list(reader)
-        header += [k for k in new if k not in header]
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=header, restval="", lineterminator="\n")
-        writer.writeheader()
-        writer.writerows([*rows, new])
-        write_text(path, buffer.getvalue())
-
-
-def drop_rows(path: str | Path, cell_ids: set[str]) -> None:
-    """Remove the rows of `cell_ids` from the CSV at `path`, under `append_row`'s lock."""
-    path = Path(path)
-    with open(path.with_name(path.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            header = list(reader.fieldnames or [])
-            rows = [r for r in reader if r["cell_id"] not in cell_ids]
+        header, rows = edit(header, rows)
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=header, restval="", lineterminator="\n")
         writer.writeheader()
