@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from datamodules.base import Splits
+from datamodules.splits import Split, Splits
 
 
 @dataclass(frozen=True)
@@ -102,15 +102,18 @@ def _is_whole_number(text: str) -> bool:
     return text.removeprefix("-").isascii() and text.removeprefix("-").isdigit()
 
 
-def check_images_present(info: DatasetInfo, root: Path, splits: Splits) -> None:
+def check_images_present(info: DatasetInfo, root: Path, splits: Split | Splits) -> None:
     """Raise unless the first image of every split exists: catches metadata without images.
 
-    A full scan of every file is `circlebench data verify`'s job; this costs a few stats.
+    `splits` is what the run reads (`RetrievalDataModule.on_disk()`): every split, or the training
+    split alone while tuning, whose test images may be absent. A full scan of every file is
+    `circlebench data verify`'s job; this costs a few stats.
     """
-    for name, split in (
-        ("train", splits.train),
-        ("query", splits.query),
-        ("gallery", splits.gallery),
-    ):
+    named = (
+        [("train", splits)]
+        if isinstance(splits, Split)
+        else [("train", splits.train), ("query", splits.query), ("gallery", splits.gallery)]
+    )
+    for name, split in named:
         if split is not None and len(split) and not Path(str(split.items[0])).is_file():
             raise info.missing(root, f"the {name} images, e.g. {split.items[0]}")

@@ -8,10 +8,9 @@ DataModule serves every backbone and the backbone is named once, in the model co
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import pytorch_lightning as pl
 import torch
@@ -20,106 +19,11 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from benchmark.evaluation.sets import RetrievalProtocol
+from datamodules.splits import Split, Splits, carve_validation, fold_split, relabel
 from datamodules.transforms import fine_grained_transform, reid_transform
 from samplers import PKSampler, SamplerMode
 
 ImageSize = int | tuple[int, int]
-
-
-@dataclass(frozen=True)
-class Split:
-    """One set of images: `items[i]` is the image, `labels[i]` its class, `cameras[i]` its camera.
-
-    `items` are file paths for datasets on disk and integer seeds for the synthetic one. Cameras
-    are -1 where a dataset has none. Labels are the dataset's own class or person ids as its
-    files give them; `RetrievalDataModule.splits()` maps the training split's to 0..C-1.
-    """
-
-    items: Sequence[str | int]
-    labels: Sequence[int]
-    cameras: Sequence[int]
-
-    def __post_init__(self) -> None:
-        if not len(self.items) == len(self.labels) == len(self.cameras):
-            raise ValueError(
-                f"Split: items, labels and cameras differ in length "
-                f"({len(self.items)}, {len(self.labels)}, {len(self.cameras)})"
-            )
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def subset(self, indices: Sequence[int]) -> Split:
-        """The items at `indices`, in that order."""
-        return Split(
-            [self.items[i] for i in indices],
-            [self.labels[i] for i in indices],
-            [self.cameras[i] for i in indices],
-        )
-
-
-@dataclass(frozen=True)
-class Splits:
-    """Training set and test sets; `gallery` is None under the `same_set` protocol.
-
-    From `load_splits()` every split carries the dataset's own ids; from `carve_validation()`
-    and `RetrievalDataModule.splits()` the training split is relabelled 0..C-1.
-    """
-
-    train: Split
-    query: Split
-    gallery: Split | None
-
-
-def relabel(split: Split) -> Split:
-    """The split with its labels mapped to 0..C-1 in ascending order of the original labels."""
-    new = {c: i for i, c in enumerate(sorted(set(split.labels)))}
-    return Split(split.items, [new[c] for c in split.labels], split.cameras)
-
-
-def query_gallery_split(split: Split, *, seed: int) -> tuple[Split, Split]:
-    """Query and gallery of a re-ID evaluation set built from one labelled, camera-tagged split.
-
-    For each identity seen by two or more cameras, one image per camera (chosen by `seed`) is a
-    query; all other images are gallery. Identities seen by a single camera would have no valid
-    match (same identity and camera is excluded), so they go wholly to the gallery. Both keep the
-    split's order.
-    """
-    gen = torch.Generator().manual_seed(seed)
-    first: dict[tuple[int, int], int] = {}  # (identity, camera) -> its query
-    for i in torch.randperm(len(split), generator=gen).tolist():
-        first.setdefault((split.labels[i], split.cameras[i]), i)
-    cameras_per_id: dict[int, int] = {}
-    for label, _ in first:
-        cameras_per_id[label] = cameras_per_id.get(label, 0) + 1
-    query = sorted(i for (label, _), i in first.items() if cameras_per_id[label] > 1)
-    chosen = set(query)
-    return split.subset(query), split.subset([i for i in range(len(split)) if i not in chosen])
-
-
-def carve_validation(
-    train: Split, num_classes: int, *, seed: int, protocol: RetrievalProtocol
-) -> Splits:
-    """Move `num_classes` random training classes (chosen by `seed`) into a validation split.
-
-    Returns `Splits` whose `train` is the remaining training split (relabelled 0..C-1) and whose
-    `query` / `gallery` are the class-disjoint validation sets. Under `same_set` all validation
-    images form the query (which is also the gallery); under `query_gallery` they are divided by
-    `query_gallery_split`.
-    """
-    classes = sorted(set(train.labels))
-    if not 0 < num_classes < len(classes):
-        raise ValueError(
-            f"val_classes={num_classes} must be between 1 and the number of training classes "
-            f"minus one ({len(classes) - 1}); use val_classes=0 for no validation split"
-        )
-    perm = torch.randperm(len(classes), generator=torch.Generator().manual_seed(seed)).tolist()
-    held = {classes[i] for i in perm[:num_classes]}
-    val = train.subset([i for i, c in enumerate(train.labels) if c in held])
-    remaining = relabel(train.subset([i for i, c in enumerate(train.labels) if c not in held]))
-    if protocol == "same_set":
-        return Splits(remaining, val, None)
-    return Splits(remaining, *query_gallery_split(val, seed=seed))
 
 
 class ImageFileDataset(Dataset):
@@ -161,9 +65,10 @@ class RetrievalDataModule(pl.LightningDataModule):
     """Common behaviour; subclasses declare their protocol and parse their files.
 
     Subclasses set `dataset_name`, `protocol` and `default_recall_ks`, and implement
-    `verify()` (cheap file checks with actionable errors) and `load_splits()`; `make_dataset()`
-    defaults to image files with the protocol's transforms (`fine_grained_transform` for
-    `same_set`, `reid_transform` for `query_gallery`).
+    `verify()` (cheap file checks with actionable errors, of `on_disk()`), `load_splits()` and
+    `load_train()` (the training split alone: while tuning the test split is never built);
+    `make_dataset()` defaults to image files with the protocol's transforms
+    (`fine_grained_transform` for `same_set`, `reid_transform` for `query_gallery`).
 
     Training batches come from `PKSampler`, which shards itself across DDP ranks using the
     attached Trainer's `world_size` and `global_rank`: the Trainer must run with
@@ -185,6 +90,11 @@ class RetrievalDataModule(pl.LightningDataModule):
         batches_per_epoch: training batches per epoch and rank; default one pass.
         sampler_mode: `PKSampler`'s `mode`: `coverage` (every training image once per epoch
             where class sizes allow) or `independent` (each batch drawn afresh).
+        folds: tuning mode when >= 2: the training classes are dealt into `folds`
+            class-disjoint folds (`datamodules.folds.class_folds`), fold `fold` is the
+            validation split, the others train, and the test split is never built or read
+            (`circlebench tune` sets these); 0 for a normal run.
+        fold: the held-out fold, 0..folds-1.
     """
 
     dataset_name: ClassVar[str]
@@ -209,8 +119,15 @@ class RetrievalDataModule(pl.LightningDataModule):
         seed: int | None = None,
         batches_per_epoch: int | None = None,
         sampler_mode: SamplerMode = "coverage",
+        folds: int = 0,
+        fold: int = 0,
     ) -> None:
         super().__init__()
+        if folds and val_classes:
+            raise ValueError(
+                f"{type(self).__name__}: val_classes={val_classes} and folds={folds} both carve a "
+                "validation split; use folds (tuning) or val_classes, not both"
+            )
         self.save_hyperparameters(ignore=list(self.unsaved_arguments))
         self.root = Path(root) if root is not None else None
         self.p, self.k, self.image_size = p, k, image_size
@@ -218,7 +135,9 @@ class RetrievalDataModule(pl.LightningDataModule):
         self.val_classes, self.batches_per_epoch = val_classes, batches_per_epoch
         self.seed = 0 if seed is None else seed
         self.sampler_mode = sampler_mode
-        self._splits: tuple[Split, Splits | None, Splits] | None = None
+        self.folds, self.fold = folds, fold
+        self._splits: tuple[Split, Splits | None, Splits | None] | None = None
+        self._full_train: Split | None = None
         self._datasets: dict[str, Dataset] = {}
 
     @property
@@ -240,6 +159,20 @@ class RetrievalDataModule(pl.LightningDataModule):
     def load_splits(self) -> Splits:
         """Parse the metadata into the protocol's train / query / gallery splits."""
 
+    def load_train(self) -> Split:
+        """The training split alone, with the dataset's own labels, as `load_splits().train`.
+
+        What tuning reads. Every dataset of circlebench overrides this so that no test split is
+        built (and no test file listed or checked) while tuning; this default, for a dataset
+        that does not, builds both and keeps the training part.
+        """
+        return self.load_splits().train
+
+    def on_disk(self) -> Split | Splits:
+        """What this run reads from disk, for `verify()`: the training split alone while tuning
+        (`folds` >= 2), else every split."""
+        return self.load_train() if self.folds else self.load_splits()
+
     def make_dataset(self, split: Split, *, train: bool) -> Dataset:
         """A dataset whose items are `(image [3, H, W] float in [0, 1], label, camera)`."""
         if self.protocol == "query_gallery":
@@ -249,9 +182,18 @@ class RetrievalDataModule(pl.LightningDataModule):
     def prepare_data(self) -> None:
         self.verify()
 
-    def splits(self) -> tuple[Split, Splits | None, Splits]:
-        """`(train, validation or None, test)`: train relabelled 0..C-1, validation carved out."""
+    def splits(self) -> tuple[Split, Splits | None, Splits | None]:
+        """`(train, validation or None, test)`: train relabelled 0..C-1, validation carved out.
+
+        While tuning (`folds` >= 2) the validation split is fold `fold` of the training classes
+        and the test split is None: it is neither built nor read.
+        """
         if self._splits is None:
+            if self.folds:
+                full = self.load_train()
+                fold = fold_split(full, self.folds, self.fold, protocol=self.protocol)
+                self._full_train, self._splits = full, (fold.train, fold, None)
+                return self._splits
             test = self.load_splits()
             train, val = relabel(test.train), None
             if self.val_classes:
@@ -259,8 +201,14 @@ class RetrievalDataModule(pl.LightningDataModule):
                     test.train, self.val_classes, seed=self.seed, protocol=self.protocol
                 )
                 train = val.train
-            self._splits = (train, val, test)
+            self._full_train, self._splits = test.train, (train, val, test)
         return self._splits
+
+    def full_train_split(self) -> Split:
+        """Every training image with the dataset's own labels, before a validation split or a
+        fold is carved out (the feature cache's unit: one entry for every seed and fold)."""
+        self.splits()
+        return cast(Split, self._full_train)  # set together with _splits
 
     @property
     def num_classes(self) -> int:
@@ -308,6 +256,13 @@ class RetrievalDataModule(pl.LightningDataModule):
 
     def test_dataloader(self) -> list[DataLoader]:
         """`[query]` (same_set, the query is also the gallery) or `[query, gallery]`."""
+        if self.folds:
+            raise ValueError(
+                f"{type(self).__name__} is a tuning fold (folds={self.folds}, fold={self.fold}): "
+                "it has no test split by design, so that tuning never sees the test classes; "
+                "evaluate the test set in a run without folds (fit with --test_after_fit false "
+                "while tuning)"
+            )
         return self._eval_loaders("test")
 
     def _dataset(self, name: str) -> Dataset:

@@ -68,6 +68,22 @@ def cars196_splits(root: str | Path, train_classes: int = 98) -> Splits:
 
     Labels are the official class ids (1..196).
     """
+    train, test = _cars196_parts(root, train_classes, test=True)
+    return Splits(train=train, query=test, gallery=None)
+
+
+def cars196_train(root: str | Path, train_classes: int = 98) -> Split:
+    """The training split of `cars196_splits` alone: no test image is listed or checked."""
+    return _cars196_parts(root, train_classes, test=False)[0]
+
+
+def _cars196_parts(root: str | Path, train_classes: int, *, test: bool) -> tuple[Split, Split]:
+    """(train, test) Splits of either layout; `test` False leaves the test Split empty.
+
+    The metric-learning split is by class, and both layouts list every class in the same
+    annotations (the devkit's train/test halves are the classification split: each holds
+    classes of both), so all annotations are read either way.
+    """
     root = Path(root).expanduser()
     if (root / "cars_annos.mat").is_file():
         if not (root / "car_ims").is_dir():
@@ -88,12 +104,12 @@ def cars196_splits(root: str | Path, train_classes: int = 98) -> Splits:
             "(98 is the official split)"
         )
     train = [(root / name, label) for name, label in annotations if label <= train_classes]
-    test = [(root / name, label) for name, label in annotations if label > train_classes]
-    return Splits(
-        train=Split([str(p) for p, _ in train], [c for _, c in train], [-1] * len(train)),
-        query=Split([str(p) for p, _ in test], [c for _, c in test], [-1] * len(test)),
-        gallery=None,
-    )
+    held = [(root / name, label) for name, label in annotations if test and label > train_classes]
+    return _split(train), _split(held)
+
+
+def _split(rows: list[tuple[Path, int]]) -> Split:
+    return Split([str(p) for p, _ in rows], [c for _, c in rows], [-1] * len(rows))
 
 
 class Cars196DataModule(RetrievalDataModule):
@@ -119,7 +135,10 @@ class Cars196DataModule(RetrievalDataModule):
         return INFO.counts if self.train_classes == 98 else {}
 
     def verify(self) -> None:
-        check_images_present(INFO, self.root_dir, self.load_splits())
+        check_images_present(INFO, self.root_dir, self.on_disk())
 
     def load_splits(self) -> Splits:
         return cars196_splits(self.root_dir, self.train_classes)
+
+    def load_train(self) -> Split:
+        return cars196_train(self.root_dir, self.train_classes)

@@ -32,6 +32,17 @@ def cub200_splits(root: str | Path, train_classes: int = 100) -> Splits:
 
     `train_classes` scales the split to subsets (classes 1–6 with 3: 178 / 145 images).
     """
+    train, test = _cub200_parts(root, train_classes, test=True)
+    return Splits(train=train, query=test, gallery=None)
+
+
+def cub200_train(root: str | Path, train_classes: int = 100) -> Split:
+    """The training split of `cub200_splits` alone: no test image is listed."""
+    return _cub200_parts(root, train_classes, test=False)[0]
+
+
+def _cub200_parts(root: str | Path, train_classes: int, *, test: bool) -> tuple[Split, Split]:
+    """(train, test) Splits of the metadata; `test` False leaves the test Split empty."""
     root = resolve_root(root, "images.txt", ["CUB_200_2011"])
     if not (root / "images").is_dir():
         raise INFO.missing(root, "images.txt and the folder images/")
@@ -52,20 +63,16 @@ def cub200_splits(root: str | Path, train_classes: int = 100) -> Splits:
             f"{root} has classes 1..{largest}, so choose 1 <= train_classes < {largest} "
             "(100 is the official split)"
         )
-    train: list[str] = []
-    test: list[str] = []
+    parts: tuple[list[str], list[str]] = ([], [])
     for image in sorted(paths, key=int):
-        (train if classes[image] <= train_classes else test).append(image)
+        if classes[image] <= train_classes or test:
+            parts[classes[image] > train_classes].append(image)
     images = root / "images"
-    return Splits(
-        train=Split(
-            [str(images / paths[i]) for i in train], [classes[i] for i in train], [-1] * len(train)
-        ),
-        query=Split(
-            [str(images / paths[i]) for i in test], [classes[i] for i in test], [-1] * len(test)
-        ),
-        gallery=None,
+    train, held = (
+        Split([str(images / paths[i]) for i in ids], [classes[i] for i in ids], [-1] * len(ids))
+        for ids in parts
     )
+    return train, held
 
 
 class CUB200DataModule(RetrievalDataModule):
@@ -92,7 +99,10 @@ class CUB200DataModule(RetrievalDataModule):
         return INFO.counts if self.train_classes == 100 else {}
 
     def verify(self) -> None:
-        check_images_present(INFO, self.root_dir, self.load_splits())
+        check_images_present(INFO, self.root_dir, self.on_disk())
 
     def load_splits(self) -> Splits:
         return cub200_splits(self.root_dir, self.train_classes)
+
+    def load_train(self) -> Split:
+        return cub200_train(self.root_dir, self.train_classes)

@@ -112,6 +112,8 @@ class CachedFeatureDataModule(RetrievalDataModule):
             seed=images.seed,
             batches_per_epoch=images.batches_per_epoch,
             sampler_mode=images.sampler_mode,
+            folds=images.folds,
+            fold=images.fold,
         )
         self.images, self.extractor, self.views, self.aug_seed = images, extractor, views, aug_seed
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
@@ -134,8 +136,14 @@ class CachedFeatureDataModule(RetrievalDataModule):
     def load_splits(self) -> Splits:
         return self.images.load_splits()
 
-    def splits(self) -> tuple[Split, Splits | None, Splits]:
+    def load_train(self) -> Split:
+        return self.images.load_train()
+
+    def splits(self) -> tuple[Split, Splits | None, Splits | None]:
         return self.images.splits()
+
+    def full_train_split(self) -> Split:
+        return self.images.full_train_split()
 
     def setup(self, stage: str | None = None) -> None:
         for part in STAGE_PARTS.get(stage, ()) if stage else ("train", "val", "test"):
@@ -157,7 +165,7 @@ class CachedFeatureDataModule(RetrievalDataModule):
 
     def _build(self, part: str) -> None:
         train, val, test = self.splits()
-        full = test.train  # all training images: one cache for every seed and val_classes
+        full = self.full_train_split()  # one cache for every seed, val_classes and fold
         if part == "train":
             if self._augmented(full):
                 views = torch.stack([self._features(full, "train", v) for v in range(self.views)])
@@ -175,7 +183,7 @@ class CachedFeatureDataModule(RetrievalDataModule):
                 if split is not None:
                     rows = features[_rows(full, split)]
                     self._datasets[name] = FeatureDataset(rows[None], split)
-        elif part == "test":
+        elif part == "test" and test is not None:  # None while tuning: never extracted
             for name, split in (("test_query", test.query), ("test_gallery", test.gallery)):
                 if split is not None:
                     features = self._features(split, name.removeprefix("test_"), None)

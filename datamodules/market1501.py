@@ -57,12 +57,16 @@ def market1501_splits(root: str | Path) -> Splits:
     for folder in FOLDERS.values():
         if not (root / folder).is_dir():
             raise INFO.missing(root, "bounding_box_train/, query/ and bounding_box_test/")
-    train, query, gallery = (_read_folder(root / folder) for folder in FOLDERS.values())
-    return Splits(
-        train=Split(*train),
-        query=Split(*query),
-        gallery=Split(*gallery),
-    )
+    query, gallery = (_read_folder(root / FOLDERS[name]) for name in ("query", "gallery"))
+    return Splits(train=market1501_train(root), query=Split(*query), gallery=Split(*gallery))
+
+
+def market1501_train(root: str | Path) -> Split:
+    """The training split from `bounding_box_train/` alone (the test folders are not read)."""
+    root = resolve_root(root, FOLDERS["train"], ["Market-1501-v15.09.15", "Market-1501"])
+    if not (root / FOLDERS["train"]).is_dir():
+        raise INFO.missing(root, "bounding_box_train/")
+    return Split(*_read_folder(root / FOLDERS["train"]))
 
 
 class Market1501DataModule(RetrievalDataModule):
@@ -82,7 +86,10 @@ class Market1501DataModule(RetrievalDataModule):
         super().__init__(root, image_size=image_size, **kwargs)
 
     def verify(self) -> None:
-        check_images_present(INFO, self.root_dir, self.load_splits())
+        check_images_present(INFO, self.root_dir, self.on_disk())
 
     def load_splits(self) -> Splits:
         return market1501_splits(self.root_dir)
+
+    def load_train(self) -> Split:
+        return market1501_train(self.root_dir)

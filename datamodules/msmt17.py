@@ -75,16 +75,27 @@ def msmt17_splits(root: str | Path, include_val: bool = False) -> Splits:
     for name in [*lists, "list_val.txt"] if include_val else lists:
         if not (root / name).is_file():
             raise INFO.missing(root, name)
-    train_dir, test_dir = (_image_dir(root, d) for d in IMAGE_DIRS[msmt17_version(root)])
+    train = msmt17_train(root, include_val)
+    test_dir = _image_dir(root, IMAGE_DIRS[msmt17_version(root)][1])
+    return Splits(
+        train=train,
+        query=Split(*_read_list(root, "list_query.txt", test_dir)),
+        gallery=Split(*_read_list(root, "list_gallery.txt", test_dir)),
+    )
+
+
+def msmt17_train(root: str | Path, include_val: bool = False) -> Split:
+    """The training split of `msmt17_splits` alone (the query and gallery lists are not read)."""
+    root = resolve_root(root, "list_train.txt", ["MSMT17_V1", "MSMT17_V2"])
+    for name in ["list_train.txt", "list_val.txt"] if include_val else ["list_train.txt"]:
+        if not (root / name).is_file():
+            raise INFO.missing(root, name)
+    train_dir = _image_dir(root, IMAGE_DIRS[msmt17_version(root)][0])
     items, ids, cameras = _read_list(root, "list_train.txt", train_dir)
     if include_val:  # the val images sit in the training folder, with training identities
         val = _read_list(root, "list_val.txt", train_dir)
         items, ids, cameras = items + val[0], ids + val[1], cameras + val[2]
-    return Splits(
-        train=Split(items, ids, cameras),
-        query=Split(*_read_list(root, "list_query.txt", test_dir)),
-        gallery=Split(*_read_list(root, "list_gallery.txt", test_dir)),
-    )
+    return Split(items, ids, cameras)
 
 
 class MSMT17DataModule(RetrievalDataModule):
@@ -118,7 +129,10 @@ class MSMT17DataModule(RetrievalDataModule):
 
     def verify(self) -> None:
         root = resolve_root(self.root_dir, "list_train.txt", ["MSMT17_V1", "MSMT17_V2"])
-        check_images_present(INFO, root, self.load_splits())
+        check_images_present(INFO, root, self.on_disk())
 
     def load_splits(self) -> Splits:
         return msmt17_splits(self.root_dir, self.include_val)
+
+    def load_train(self) -> Split:
+        return msmt17_train(self.root_dir, self.include_val)

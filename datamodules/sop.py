@@ -44,13 +44,19 @@ def _read_list(root: Path, name: str) -> tuple[list[str], list[int]]:
 def sop_splits(root: str | Path) -> Splits:
     """Train from `Ebay_train.txt`, query (= gallery) from `Ebay_test.txt`; labels: class_id."""
     root = resolve_root(root, "Ebay_train.txt", ["Stanford_Online_Products"])
-    train_items, train_classes = _read_list(root, "Ebay_train.txt")
     test_items, test_classes = _read_list(root, "Ebay_test.txt")
     return Splits(
-        train=Split(train_items, train_classes, [-1] * len(train_items)),
+        train=sop_train(root),
         query=Split(test_items, test_classes, [-1] * len(test_items)),
         gallery=None,
     )
+
+
+def sop_train(root: str | Path) -> Split:
+    """The training split from `Ebay_train.txt` alone (`Ebay_test.txt` is not read)."""
+    root = resolve_root(root, "Ebay_train.txt", ["Stanford_Online_Products"])
+    items, classes = _read_list(root, "Ebay_train.txt")
+    return Split(items, classes, [-1] * len(items))
 
 
 class SOPDataModule(RetrievalDataModule):
@@ -71,7 +77,10 @@ class SOPDataModule(RetrievalDataModule):
         super().__init__(root, **kwargs)
 
     def verify(self) -> None:
-        check_images_present(INFO, self.root_dir, self.load_splits())
+        check_images_present(INFO, self.root_dir, self.on_disk())
 
     def load_splits(self) -> Splits:
         return sop_splits(self.root_dir)
+
+    def load_train(self) -> Split:
+        return sop_train(self.root_dir)

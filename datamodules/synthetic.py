@@ -15,14 +15,8 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from datamodules._render import camera_look, class_look, render_image
-from datamodules.base import (
-    ImageSize,
-    RetrievalDataModule,
-    RetrievalProtocol,
-    Split,
-    Splits,
-    query_gallery_split,
-)
+from datamodules.base import ImageSize, RetrievalDataModule, RetrievalProtocol
+from datamodules.splits import Split, Splits, query_gallery_split
 from datamodules.transforms import as_hw
 from samplers import SamplerMode
 
@@ -79,8 +73,8 @@ class SyntheticDataModule(RetrievalDataModule):
         render_seed: seed of the rendered world (looks, poses, cameras); fixed by default so
             runs with different `seed`s train on the same data.
         image_size: rendered size, an int or `(H, W)`; 64 px keeps CPU runs fast.
-        p, k, num_workers, eval_batch_size, val_classes, seed, batches_per_epoch, sampler_mode:
-            as in `RetrievalDataModule`.
+        p, k, num_workers, eval_batch_size, val_classes, seed, batches_per_epoch, sampler_mode,
+            folds, fold: as in `RetrievalDataModule`.
     """
 
     dataset_name: ClassVar[str] = "synthetic"
@@ -104,6 +98,8 @@ class SyntheticDataModule(RetrievalDataModule):
         seed: int | None = None,
         batches_per_epoch: int | None = None,
         sampler_mode: SamplerMode = "coverage",
+        folds: int = 0,
+        fold: int = 0,
     ) -> None:
         if mode not in ("fine_grained", "reid"):
             raise ValueError(
@@ -132,6 +128,8 @@ class SyntheticDataModule(RetrievalDataModule):
             seed=seed,
             batches_per_epoch=batches_per_epoch,
             sampler_mode=sampler_mode,
+            folds=folds,
+            fold=fold,
         )
         self.mode = mode
         self.num_train_classes, self.num_test_classes = num_train_classes, num_test_classes
@@ -155,8 +153,11 @@ class SyntheticDataModule(RetrievalDataModule):
             cameras = [-1] * len(items)
         return Split(items, labels, cameras)
 
+    def load_train(self) -> Split:
+        return self._classes(0, self.num_train_classes)
+
     def load_splits(self) -> Splits:
-        train = self._classes(0, self.num_train_classes)
+        train = self.load_train()
         test = self._classes(self.num_train_classes, self.num_test_classes)
         if self.mode == "fine_grained":
             return Splits(train, test, None)

@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 from datamodules import ImageFileDataset, RetrievalDataModule, Split, Splits
-from datamodules.base import carve_validation
+from datamodules.splits import carve_validation
 from datamodules.transforms import fine_grained_transform
 
 
