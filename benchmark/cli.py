@@ -1,9 +1,11 @@
 """The `circlebench` command: a dispatcher to the package that owns each sub-command.
 
 `fit`, `validate` and `test` train and evaluate (`benchmark.training.cli`, a LightningCLI),
-`leaderboard` runs a suite of them (`benchmark.leaderboard.command`), `data` lists and checks
-the real datasets (`benchmark.data.command`). Each package is imported only when its command
-runs, so `circlebench data list` does not pay for Lightning.
+`tune` searches a loss's hyper-parameters on folds of the training classes
+(`benchmark.tuning.command`), `leaderboard` runs a suite of them
+(`benchmark.leaderboard.command`), `data` lists and checks the real datasets
+(`benchmark.data.command`). Each package is imported only when its command runs, so
+`circlebench data list` does not pay for Lightning.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ COMMANDS = {
     "fit": ("benchmark.training.cli", "train a config, then test it (one results row)"),
     "validate": ("benchmark.training.cli", "evaluate the validation split of a config"),
     "test": ("benchmark.training.cli", "evaluate the test split (--ckpt_path: trained weights)"),
+    "tune": ("benchmark.tuning.command", "tune a loss on class-disjoint folds (equal budget)"),
     "leaderboard": ("benchmark.leaderboard.command", "run a suite and write its leaderboard"),
     "dashboard": ("benchmark.leaderboard.dashboard", "write (--publish: save) a suite's W&B view"),
     "data": ("benchmark.data.command", "list, describe, verify or download the datasets"),

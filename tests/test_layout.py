@@ -14,6 +14,7 @@ LAYERS = {
     "benchmark.cli": 5,
     "benchmark.embedders": 5,  # the old class_path, an alias of benchmark.training.embedders
     "benchmark.leaderboard": 4,
+    "benchmark.tuning": 4,  # tune reads suite groups; boards read tuned settings: one layer
     "benchmark.bench": 4,
     "benchmark.data": 4,
     "benchmark.training": 3,

@@ -276,7 +276,17 @@ def cell_args(
         f"--trainer.default_root_dir={run_root}",
         f"--wandb={str(wandb).lower()}",
         *cell.overrides,
+        *_tuned_args(cell),
     ]
+
+
+def _tuned_args(cell: Cell) -> list[str]:
+    """A tuned cell's setting, after every override (its values win), and the budget it was
+    tuned with, which its row records."""
+    tuned = cell.tuned_config
+    if tuned is None or cell.group.tuning is None:
+        return []
+    return ["--config", str(tuned), "--tuning", cell.group.tuning.describe()]
 
 
 @dataclass(frozen=True)
@@ -339,8 +349,9 @@ def _run_unfinished(
     made_by = rows["cell_recipe"] if "cell_recipe" in rows else [""] * len(rows)
     recorded = dict(zip(rows["cell_id"], made_by, strict=True))
     recipes = {cell.cell_id: cell.recipe(root, settings.threads) for cell in cells}
+    unavailable = {cell.cell_id: cell.unavailable(root) for cell in cells}
     # Only rows that can be made again are removed: a cell whose data is absent keeps its row.
-    runnable = {cell.cell_id for cell in cells if cell.group.missing_data(root) is None}
+    runnable = {cell_id for cell_id, why in unavailable.items() if why is None}
     stale = {c for c, r in recorded.items() if r and c in runnable and r != recipes[c]}
     if stale:
         drop_rows(settings.rows_csv, stale)
@@ -355,12 +366,12 @@ def _run_unfinished(
         task = progress.add_task("cells", total=len(cells))
         todo = []
         for cell in cells:
-            missing = cell.group.missing_data(root)
+            why = unavailable[cell.cell_id]
             if cell.cell_id in done:
                 summary.resumed.append(cell.cell_id)
-            elif missing is not None:
-                summary.skipped[cell.experiment] = f"data absent: {missing}"
-                progress.console.print(f"[yellow]skip[/] {cell.cell_id}: {missing} is absent")
+            elif why is not None:
+                summary.skipped[cell.experiment] = why
+                progress.console.print(f"[yellow]skip[/] {cell.cell_id}: {why}")
             else:
                 todo.append(cell)
                 continue

@@ -18,7 +18,16 @@ groups:
     paper_dataset: cub200           # optional: compare with this dataset's paper numbers
     floor: experiments/synthetic/circle.yaml  # optional: this config untrained is the floor
     seeds: [0, 1, 2]                # optional: replace the suite's seeds for this group
+    tuning: {trials: 30, folds: 3, max_epochs: 6}  # optional: the equal budget of every loss
 ```
+
+A group with `tuning:` declares the budget `circlebench tune --suite S --group G` gives each of
+its losses (`benchmark.tuning.experiment.Budget`: trials, folds, max_epochs, metric, pruner,
+sampler_seed, startup_trials), and runs every config twice: as configured (the default
+setting) and as tuned, `<group>/<config stem>.tuned/seed<seed>`, with the committed tuned
+setting (`experiments/tuned/<group>/<stem>.yaml`) as a second `--config`. A tuned cell is
+skipped, with a reason, until its loss is tuned for the group's current config, overrides and
+budget.
 
 A cell is one `fit` run, named `<group>/<config stem>/seed<seed>`; its results row carries
 that name in the `cell_id` column, which is how a rerun knows the cell is done, and the cell's
@@ -40,10 +49,13 @@ from typing import Literal
 
 import yaml
 
+from benchmark.tuning.experiment import Budget
+from benchmark.tuning.tuned import group_files, recipe
+
 SUITES_DIR = Path("experiments/suites")
 _SUITE_KEYS = {"description", "seeds", "overrides", "output", "threads", "groups", "check_seeds"}
 _GROUP_KEYS = {"configs", "overrides", "config_overrides", "requires", "paper_dataset", "floor"}
-_GROUP_KEYS |= {"seeds"}
+_GROUP_KEYS |= {"seeds", "tuning"}
 FLOOR = "floor"  # the config stem of a group's floor cells
 
 
@@ -59,6 +71,7 @@ class Group:
     paper_dataset: str | None
     floor: Path | None = None
     seeds: tuple[int, ...] | None = None  # None: the suite's
+    tuning: Budget | None = None  # the budget of every loss; None: default settings only
 
     def overrides_for(self, config: Path) -> tuple[str, ...]:
         """The group's overrides, then those of this config."""
@@ -70,6 +83,20 @@ class Group:
             return None
         return (root / self.requires).resolve()
 
+    def untuned(self, config: Path, root: Path) -> str | None:
+        """Why the tuned setting of `config` cannot be used (absent, or tuned for another
+        config, overrides or budget), else None."""
+        files = group_files(self.name, config.stem, root)
+        summary = files.read_summary()
+        command = f"circlebench tune --suite SUITE --group {self.name} --loss {config.stem}"
+        if summary is None or not files.config.is_file():
+            return f"not tuned yet: run `{command}`"
+        if summary["tuned_for"] != recipe(config, self.overrides_for(config), root):
+            return f"{files.summary} was tuned for another config or overrides: run `{command}`"
+        if self.tuning is not None and summary["budget"] != self.tuning.as_dict():
+            return f"{files.summary} was tuned with another budget: run `{command}`"
+        return None
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -80,11 +107,27 @@ class Cell:
     seed: int
     overrides: tuple[str, ...]
     command: Literal["fit", "test"] = "fit"
+    tuned: bool = False  # the loss as tuned for its group, not as configured
 
     @property
     def experiment(self) -> str:
-        """The leaderboard row this cell contributes to: `<group>/<config stem>` (`floor`)."""
-        return f"{self.group.name}/{FLOOR if self.command == 'test' else self.config.stem}"
+        """The leaderboard row this cell contributes to: `<group>/<config stem>` (`floor`),
+        `<group>/<config stem>.tuned` for the tuned setting."""
+        if self.command == "test":
+            return f"{self.group.name}/{FLOOR}"
+        return f"{self.group.name}/{self.config.stem}{'.tuned' if self.tuned else ''}"
+
+    @property
+    def tuned_config(self) -> Path | None:
+        """The tuned setting's config fragment of a tuned cell (repository-relative)."""
+        return group_files(self.group.name, self.config.stem).config if self.tuned else None
+
+    def unavailable(self, root: Path) -> str | None:
+        """Why this cell cannot run here (its data is absent, its loss not tuned), else None."""
+        missing = self.group.missing_data(root)
+        if missing is not None:
+            return f"data absent: {missing}"
+        return self.group.untuned(self.config, root) if self.tuned else None
 
     @property
     def cell_id(self) -> str:
@@ -98,6 +141,13 @@ class Cell:
         config = path.read_bytes() if path.is_file() else b""  # then the cell fails, saying why
         content = hashlib.sha256(config).hexdigest()
         what = [self.command, str(self.config), content, list(self.overrides), self.seed, threads]
+        tuned = self.tuned_config
+        if tuned is not None:  # a re-tuned setting is another recipe
+            path = root / tuned
+            what += [
+                str(tuned),
+                hashlib.sha256(path.read_bytes() if path.is_file() else b"").hexdigest(),
+            ]
         return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
 
 
@@ -137,11 +187,11 @@ class Suite:
             if group.floor is not None:
                 overrides = (*self.overrides, *group.overrides_for(group.floor))
                 cells += [Cell(group, group.floor, s, overrides, "test") for s in seeds]
-            cells += [
-                Cell(group, config, seed, (*self.overrides, *group.overrides_for(config)))
-                for config in group.configs
-                for seed in seeds
-            ]
+            for config in group.configs:
+                overrides = (*self.overrides, *group.overrides_for(config))
+                cells += [Cell(group, config, seed, overrides) for seed in seeds]
+                if group.tuning is not None:
+                    cells += [Cell(group, config, seed, overrides, tuned=True) for seed in seeds]
         return cells
 
 
@@ -226,7 +276,23 @@ def _group(name: str, spec: dict, root: Path, path: Path) -> Group:
         paper_dataset=spec.get("paper_dataset"),
         floor=Path(floor) if floor is not None else None,
         seeds=_seeds(spec["seeds"], f"{where}: seeds") if "seeds" in spec else None,
+        tuning=_budget(spec["tuning"], f"{where}: tuning") if "tuning" in spec else None,
     )
+
+
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes() if path.is_file() else b"").hexdigest()
+
+
+def _budget(value: object, where: str) -> Budget:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be a mapping like {{trials: 30, folds: 3}}, got {value!r}")
+    try:
+        return Budget(**value)
+    except TypeError as error:  # an unknown key
+        raise ValueError(f"{where}: {error}; keys: {list(Budget.__dataclass_fields__)}") from None
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
 
 
 def _seeds(value: object, where: str) -> tuple[int, ...]:

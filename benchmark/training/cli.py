@@ -53,6 +53,7 @@ UNHASHED = {
         "cell_id",
         "cell_recipe",
         "suite",
+        "tuning",
         "wandb",
         "test_after_fit",
         "ckpt_path",
@@ -110,6 +111,12 @@ class CircleBenchCLI(LightningCLI):
             "--cell_recipe", type=str, default="", help="that cell's recipe (set by leaderboard)"
         )
         parser.add_argument("--suite", type=str, default="", help="leaderboard suite of this run")
+        parser.add_argument(
+            "--tuning",
+            type=str,
+            default="",
+            help="the budget of the tuned setting this run trains (set by leaderboard)",
+        )
         parser.add_argument(
             "--wandb", type=bool, default=True, help="log to W&B (offline unless configured)"
         )
@@ -257,6 +264,7 @@ class CircleBenchCLI(LightningCLI):
             loss_params=loss_params,
             trained=trained,
             seed=config["seed_everything"],
+            tuning=config.get("tuning") or "",
             provenance={
                 "wall_time_s": round(time.perf_counter() - self._start, 1),
                 "git_sha": git_sha(),

@@ -69,6 +69,9 @@ class ResultRow:
     # The gallery's order: "" by similarity, else the re-ranking and its parameters. A setting,
     # not provenance like eval_backend: backends return the same numbers, re-ranking does not.
     rerank: str = ""
+    # "" for the loss as configured; for a setting found by `circlebench tune`, its budget
+    # (`Budget.describe()`): a setting, since it decides what was trained.
+    tuning: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
     eval_backend: str = ""
     skipped_queries: int = 0  # queries without a positive in the gallery: not in the metrics
@@ -118,6 +121,7 @@ def result_row(
     trained: CheckpointInfo | None,
     seed: int,
     provenance: dict[str, str | float],
+    tuning: str = "",
 ) -> ResultRow:
     """The row of a finished test, read from the objects that ran it.
 
@@ -126,6 +130,7 @@ def result_row(
         trained: the checkpoint that was evaluated; None for the untrained model, recorded as
             the floor (loss `none (pretrained)`, 0 epochs).
         provenance: `wall_time_s`, `git_sha`, `config_hash`, `run_dir` and `cell_recipe`.
+        tuning: the budget a tuned setting was found with (`--tuning`); "" as configured.
     """
     if model.test_result is None:
         raise ValueError("result_row: the model has not been tested (no test_result)")
@@ -155,6 +160,7 @@ def result_row(
         seed=seed,
         include_val=str(datamodule.include_val) if isinstance(datamodule, MSMT17DataModule) else "",
         rerank=report.rerank,
+        tuning=tuning if trained else "",
         metrics={name: 100.0 * value for name, value in report.metrics.items()},
         eval_backend=report.backend,
         skipped_queries=report.skipped_queries,

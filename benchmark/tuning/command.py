@@ -1,0 +1,256 @@
+"""`circlebench tune`: tune a loss with an equal budget on class-disjoint folds, resumably.
+
+Two ways to name what is tuned:
+
+- `circlebench tune --config CONFIG [--trials N] [--folds K] [--epochs E] [-- FIT_OVERRIDES]`:
+  one experiment config; the study `<config stem>` goes to `results/tuning/<stem>.journal`
+  and its tuned setting beside it;
+- `circlebench tune --suite S --group G [--loss STEM ...]`: losses of a suite group, with the
+  group's overrides and its declared budget (`tuning:` in the suite file, the same for every
+  loss); each study `<group>/<stem>` goes to `results/tuning/<group>/<stem>.journal` and its
+  tuned setting to `experiments/tuned/<group>/`, where the suite's tuned cells read it.
+
+A study resumes where it stopped (run the same command again), `--workers` run trials in
+parallel, and several `tune` processes may share one journal file. `optuna-dashboard
+<journal>` opens it. See docs/guides/tuning.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from benchmark.leaderboard.runner import end_running_cells, run_forked, terminal_console
+from benchmark.leaderboard.suite import Group, load_suite
+from benchmark.tuning.experiment import Budget, parse_experiment
+from benchmark.tuning.objective import run_trial
+from benchmark.tuning.space import load_space, space_path
+from benchmark.tuning.study import (
+    Heartbeat,
+    counted,
+    create_study,
+    enqueue_default,
+    open_storage,
+    work,
+)
+from benchmark.tuning.tuned import TunedFiles, group_files, write_tuned
+
+RESULTS = Path("results/tuning")
+DOCS = "docs/guides/tuning.md"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One study to run: the config, its overrides, space, budget, and where things go."""
+
+    config: Path
+    overrides: tuple[str, ...]
+    space: Path
+    budget: Budget
+    study: str
+    storage: str
+    files: TunedFiles
+
+    @property
+    def work_dir(self) -> Path:
+        """Fold logs of the study's trials (not committed)."""
+        return RESULTS / self.study
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="circlebench tune",
+        description="Tune a loss's hyper-parameters with an equal budget on class-disjoint "
+        "folds of the training classes (Optuna TPE; the test set is never built). "
+        f"Manual: {DOCS}.",
+        epilog="Arguments after `--` are passed to every fold's `circlebench fit` (--config mode).",
+    )
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--config", type=Path, help="the experiment config to tune")
+    what.add_argument("--suite", help="tune losses of this suite's --group, with its budget")
+    parser.add_argument("--group", help="--suite: the group whose losses are tuned")
+    parser.add_argument("--loss", nargs="+", help="--suite: only these config stems")
+    budget = parser.add_argument_group("budget (--config mode; a suite group declares its own)")
+    budget.add_argument("--trials", type=int, help="finished trials (default 30)")
+    budget.add_argument("--folds", type=int, help="class-disjoint folds (default 3)")
+    budget.add_argument("--epochs", type=int, help="epoch cap of every fold (default 6)")
+    budget.add_argument("--metric", help="validation metric maximised (default MAP@R)")
+    budget.add_argument("--pruner", choices=["none", "wilcoxon"], help="default none")
+    budget.add_argument("--sampler-seed", type=int, help="TPE seed (default 0)")
+    parser.add_argument("--space", type=Path, help="search space (default experiments/spaces/)")
+    parser.add_argument("--storage", help="journal file or RDB URL (default results/tuning/)")
+    parser.add_argument("--study", help="study name (default: the config stem)")
+    parser.add_argument("--workers", type=int, default=1, help="trials run at once (default 1)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="CPU threads per fold run (default 1)"
+    )
+    parser.add_argument(
+        "--output", type=Path, help="--config: folder of the tuned files (default: the storage's)"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of `circlebench tune`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ours, fit_overrides = (
+        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if ("--" in argv) else (argv, [])
+    )
+    parser = build_parser()
+    args = parser.parse_args(ours)
+    if args.workers < 1 or args.threads < 1:
+        parser.error(f"--workers and --threads must be >= 1, got {args.workers}, {args.threads}")
+    try:
+        tasks = (
+            suite_tasks(args, fit_overrides) if args.suite else [config_task(args, fit_overrides)]
+        )
+    except (KeyError, ValueError, FileNotFoundError) as error:
+        parser.error(str(error.args[0]))
+    console = terminal_console()
+    for task in tasks:
+        tune(task, workers=args.workers, threads=args.threads, console=console)
+
+
+def config_task(args: argparse.Namespace, fit_overrides: list[str]) -> Task:
+    """The study of `--config`, with the budget of the flags."""
+    if args.group or args.loss:
+        raise ValueError("--group and --loss go with --suite, not --config")
+    if not args.config.is_file():
+        raise FileNotFoundError(f"--config {args.config}: no such file")
+    chosen = {
+        "trials": args.trials,
+        "folds": args.folds,
+        "max_epochs": args.epochs,
+        "metric": args.metric,
+        "pruner": args.pruner,
+        "sampler_seed": args.sampler_seed,
+    }
+    budget = Budget(**{k: v for k, v in chosen.items() if v is not None})
+    study = args.study or args.config.stem
+    storage = args.storage or str(RESULTS / f"{study}.journal")
+    folder = args.output or (Path(storage).parent if "://" not in storage else RESULTS)
+    return Task(
+        config=args.config,
+        overrides=tuple(fit_overrides),
+        space=args.space or space_path(args.config.stem),
+        budget=budget,
+        study=study,
+        storage=storage,
+        files=TunedFiles(folder, study.rsplit("/", 1)[-1]),
+    )
+
+
+def suite_tasks(args: argparse.Namespace, fit_overrides: list[str]) -> list[Task]:
+    """One study per chosen loss of the suite group, with the group's overrides and budget."""
+    flags = ("trials", "folds", "epochs", "metric", "pruner", "sampler_seed")
+    given = [f"--{f.replace('_', '-')}" for f in flags if getattr(args, f) is not None]
+    if given or fit_overrides or args.output or args.study:
+        raise ValueError(
+            f"{' '.join(given) or 'these options'}: a suite group declares its budget and "
+            "overrides in the suite file (its `tuning:` entry), the same for every loss; edit it "
+            "there, or tune a single config with --config"
+        )
+    suite = load_suite(args.suite)
+    group = _group(suite.groups, args.group, args.suite)
+    if group.tuning is None:
+        raise ValueError(
+            f"group {group.name!r} of suite {args.suite!r} declares no `tuning:` budget; add one "
+            "(e.g. `tuning: {trials: 30, folds: 3, max_epochs: 6}`)"
+        )
+    stems = {c.stem: c for c in group.configs}
+    unknown = sorted(set(args.loss or ()) - set(stems))
+    if unknown:
+        raise ValueError(
+            f"--loss {unknown}: not in group {group.name!r}; choose from {sorted(stems)}"
+        )
+    missing = group.missing_data(Path("."))
+    if missing is not None:
+        raise FileNotFoundError(f"group {group.name!r} needs {missing}, which is absent")
+    return [
+        Task(
+            config=stems[stem],
+            overrides=group.overrides_for(stems[stem]),
+            space=args.space or space_path(stem),
+            budget=group.tuning,
+            study=f"{group.name}/{stem}",
+            storage=args.storage or str(RESULTS / group.name / f"{stem}.journal"),
+            files=group_files(group.name, stem),
+        )
+        for stem in (args.loss or list(stems))
+    ]
+
+
+def _group(groups: tuple[Group, ...], name: str | None, suite: str) -> Group:
+    names = [g.name for g in groups]
+    if name not in names:
+        raise ValueError(f"--group {name!r}: suite {suite!r} has groups {names}")
+    return groups[names.index(name)]
+
+
+def tune(task: Task, *, workers: int, threads: int, console: Console) -> dict:
+    """Run (or resume) the study of `task` to its budget and write its tuned files."""
+    experiment = parse_experiment(task.config, task.overrides, load_space(task.space))
+    storage = open_storage(task.storage)
+    study = create_study(task.study, storage, task.budget)
+    assert experiment.defaults is not None  # parse_experiment reads them
+    enqueue_default(study, task.storage, experiment.defaults)
+    console.print(f"[bold]{task.study}[/]: {task.budget.describe()}; storage {task.storage}")
+    stop = threading.Event()
+
+    def objective(trial: optuna.Trial) -> float:
+        return run_trial(trial, experiment, task.budget, task.work_dir, run_forked, threads)
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, TimeElapsedColumn(), console=console) as progress, Heartbeat() as beat:
+        bar = progress.add_task(task.study, total=task.budget.trials)
+
+        def done(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+            progress.update(bar, completed=counted(study), description=_line(task, study))
+            if trial.state != optuna.trial.TrialState.COMPLETE:
+                why = trial.user_attrs.get("error", "")
+                progress.console.print(f"trial {trial.number} {trial.state.name}: {why}")
+
+        progress.update(bar, completed=counted(study), description=_line(task, study))
+        pool = ThreadPoolExecutor(max_workers=workers)
+        try:
+            futures = [
+                pool.submit(
+                    work, study, task.storage, task.budget, objective, beat, stop=stop, done=done
+                )
+                for _ in range(workers)
+            ]
+            for future in futures:
+                while not future.done():  # wait in slices: Ctrl-C reaches this thread
+                    time.sleep(0.5)
+                future.result()
+        except BaseException:
+            stop.set()  # no new trial; the ones running are left for a later resume
+            end_running_cells()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    summary = write_tuned(study, experiment, task.budget, task.files)
+    best, trials = summary["best"], summary["trials"]
+    console.print(
+        f"{task.study}: best val {task.budget.metric} {best['value']:.2f} (trial {best['number']}, "
+        f"{best['epoch']} epochs), median {summary['median_value']:.2f}; {trials['complete']} "
+        f"complete, {trials['failed']} failed, {trials['pruned']} pruned; wrote {task.files.config}"
+    )
+    return summary
+
+
+def _line(task: Task, study: optuna.Study) -> str:
+    complete = [t for t in study.get_trials(deepcopy=False) if t.value is not None]
+    if not complete:
+        return task.study
+    best = max(complete, key=lambda t: t.value or 0.0)
+    return f"{task.study} best {best.value:.2f} (#{best.number})"

@@ -1,0 +1,181 @@
+"""What a study tunes and with what budget: an experiment config in its group, and the budget.
+
+`parse_experiment` reads the config (with the group's overrides) once, through the training CLI's
+parser: the loss's default setting (tried first), where the image DataModule takes its fold, and
+which `num_classes` a fold must shrink.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from benchmark.tuning.space import SearchSpace
+from datamodules.splits import fold_sizes
+
+Pruner = Literal["none", "wilcoxon"]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What every loss of a group gets: the same trials, folds, epoch cap, metric and sampler.
+
+    Args:
+        trials: finished trials per study (complete, pruned or failed); a trial interrupted by a
+            dead worker is run again and not counted.
+        folds: class-disjoint folds of the training classes (each trial trains K times).
+        max_epochs: epoch cap of every fold; the epoch is chosen on validation below it.
+        metric: the validation metric maximised, as the evaluator names it (`MAP@R`).
+        pruner: "none", or "wilcoxon" (Optuna's WilcoxonPruner over the fold scores).
+        sampler_seed: seed of the TPE sampler.
+        startup_trials: random trials before TPE models the results (the default setting,
+            tried first, is one of them).
+        seed: `seed_everything` of every fold run.
+    """
+
+    trials: int = 30
+    folds: int = 3
+    max_epochs: int = 6
+    metric: str = "MAP@R"
+    pruner: Pruner = "none"
+    sampler_seed: int = 0
+    startup_trials: int = 10
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("trials", "folds", "max_epochs", "startup_trials"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"tuning budget: {name} must be an int >= 1, got {value!r}")
+        if self.folds < 2:
+            raise ValueError(f"tuning budget: folds must be >= 2, got {self.folds}")
+        if self.pruner not in ("none", "wilcoxon"):
+            raise ValueError(f"tuning budget: pruner must be none or wilcoxon, got {self.pruner!r}")
+
+    def describe(self) -> str:
+        """One line for rows and boards: `30 trials × 3 folds, ≤ 6 epochs, val MAP@R, ...`."""
+        pruning = "no pruning" if self.pruner == "none" else "Wilcoxon pruning over folds"
+        return (
+            f"{self.trials} trials x {self.folds} folds, <= {self.max_epochs} epochs, "
+            f"val {self.metric}, TPE ({self.startup_trials} random first, seed "
+            f"{self.sampler_seed}), {pruning}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What a study tunes: a config, the overrides that place it in its group, its space.
+
+    Args:
+        defaults: the values the config itself gives the searched parameters: the loss's
+            default setting, which its study tries first.
+        datamodule: config path prefix of the image DataModule's arguments, which take the
+            fold (`data.init_args.` or, for cached features, `data.init_args.images.init_args.`).
+        class_counts: config paths of the loss's `num_classes` and the training class count
+            they hold; a fold trains on fewer classes, so they are overridden per fold.
+    """
+
+    config: Path
+    overrides: tuple[str, ...]
+    space: SearchSpace
+    datamodule: str
+    class_counts: tuple[tuple[str, int], ...] = ()
+    defaults: dict[str, Any] | None = None  # the config's own values of the space
+
+    def fold_args(
+        self, values: dict[str, Any], budget: Budget, fold: int, run_root: Path
+    ) -> list[str]:
+        """The `circlebench fit` command line of one fold of the setting `values`."""
+        counts = [
+            f"--{path}={total - fold_sizes(total, budget.folds)[fold]}"
+            for path, total in self.class_counts
+        ]
+        return [
+            "fit",
+            "--config",
+            str(self.config),
+            "--seed_everything",
+            str(budget.seed),
+            *self.overrides,
+            *self.space.overrides(values),
+            f"--{self.datamodule}folds={budget.folds}",
+            f"--{self.datamodule}fold={fold}",
+            *counts,
+            f"--trainer.max_epochs={budget.max_epochs}",
+            "--trainer.check_val_every_n_epoch=1",
+            "--trainer.enable_checkpointing=false",
+            "--trainer.enable_progress_bar=false",
+            "--trainer.enable_model_summary=false",
+            f"--trainer.default_root_dir={run_root}",
+            "--test_after_fit=false",
+            "--wandb=false",
+        ]
+
+
+def parse_experiment(config: Path, overrides: tuple[str, ...], space: SearchSpace) -> Experiment:
+    """The Experiment of `config` under `overrides`, and the values it gives the space.
+
+    Raises:
+        ValueError: the config's loss is not the space's, or a searched name is not set by it.
+    """
+    from benchmark.training.cli import CircleBenchCLI  # Lightning: imported when tuning only
+
+    with _own_argv():
+        cli = CircleBenchCLI(args=["--config", str(config), *overrides], run=False, parse_only=True)
+    parsed = yaml.safe_load(cli.parser.dump(cli.config, skip_none=False, format="yaml"))
+    loss = parsed["model"]["loss"]["class_path"]
+    if loss != space.loss:
+        raise ValueError(
+            f"the search space {space.file} is for {space.loss}, but {config} trains {loss}; "
+            "pass the space of this loss with --space"
+        )
+    return Experiment(
+        config=config,
+        overrides=overrides,
+        space=space,
+        datamodule=datamodule_prefix(parsed["data"]),
+        class_counts=tuple(class_count_paths(parsed["model"]["loss"], "model.loss")),
+        defaults=space.values_in(parsed),
+    )
+
+
+@contextlib.contextmanager
+def _own_argv() -> Iterator[None]:
+    """LightningCLI warns when given `args` while `sys.argv` holds a command line: hide tune's."""
+    saved = sys.argv
+    sys.argv = saved[:1]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def datamodule_prefix(data: dict) -> str:
+    """Config path prefix of the image DataModule: a cached-feature DataModule takes its
+    splits (and the fold) from the image DataModule it wraps."""
+    images = data.get("init_args", {}).get("images")
+    if isinstance(images, dict) and "class_path" in images:
+        return "data.init_args.images.init_args."
+    return "data.init_args."
+
+
+def class_count_paths(node: dict, path: str) -> list[tuple[str, int]]:
+    """`(config path, value)` of every `num_classes` in a loss's config, nested parts included
+    (a class-level Circle loss's `source`, a wrapped loss)."""
+    found = []
+    args = node.get("init_args") or {}
+    for key, value in args.items():
+        if key == "num_classes" and isinstance(value, int):
+            found.append((f"{path}.init_args.num_classes", value))
+        elif isinstance(value, dict) and "class_path" in value:
+            found += class_count_paths(value, f"{path}.init_args.{key}")
+    return found

@@ -1,0 +1,124 @@
+"""One trial of a study: its setting trained on each class-disjoint fold, and an epoch chosen.
+
+Fold f of a trial is `circlebench fit` of the experiment config with the trial's overrides and
+`folds=K, fold=f` on its image DataModule (`datamodules.splits.fold_split`: the test split is
+never built), trained up to the budget's epoch cap with a validation pass after every epoch;
+no test, no checkpoint, no W&B. Each fold runs in a process forked from the leaderboard's fork
+server, with its own log. The trial's curve is the mean over folds of the validation metric
+after each epoch; its value is the curve's best point, and that epoch is the setting's
+`max_epochs` (epoch selection on validation, as Musgrave et al. stop early on it).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import optuna
+
+from benchmark.tuning.experiment import Budget, Experiment
+
+# (target, args, log, threads) -> exit status: how a fold's process is started
+ForkRunner = Callable[[Callable[..., object], Sequence[object], Path, "int | None"], int]
+
+
+class FoldFailedError(RuntimeError):
+    """A fold's `fit` failed; the message is the error its log ends with."""
+
+
+def run_trial(
+    trial: optuna.Trial,
+    experiment: Experiment,
+    budget: Budget,
+    work: Path,
+    fork: ForkRunner,
+    threads: int | None,
+) -> float:
+    """Train and validate the trial's setting on every fold; its value (mean over folds at
+    the chosen epoch). Raises optuna.TrialPruned when the pruner stops it, FoldFailedError
+    when a fold fails."""
+    values = experiment.space.suggest(trial)
+    folder = work / f"trial{trial.number:04d}"
+    start = time.perf_counter()
+    curves: list[list[float]] = []
+    for fold in range(budget.folds):
+        args = experiment.fold_args(values, budget, fold, folder / "runs")
+        if fold == 0:
+            trial.set_user_attr("command", "circlebench " + " ".join(args))
+        curves.append(run_fold(args, folder / f"fold{fold}.log", budget, fork, threads))
+        trial.report(max(curves[-1]), fold)  # a fold's best: pruning sees finished folds only
+        if budget.pruner == "wilcoxon" and trial.should_prune():
+            trial.set_user_attr("fold_curves", _rounded(curves))
+            raise optuna.TrialPruned(f"pruned after fold {fold}")
+    epoch, value = choose_epoch(curves)
+    trial.set_user_attr("fold_curves", _rounded(curves))
+    trial.set_user_attr("best_epoch", epoch)
+    trial.set_user_attr("fold_values", [round(c[epoch - 1], 4) for c in curves])
+    trial.set_user_attr("seconds", round(time.perf_counter() - start, 1))
+    return value
+
+
+def choose_epoch(curves: list[list[float]]) -> tuple[int, float]:
+    """(epoch 1..E, value) of the best mean over folds; the earliest epoch on a tie."""
+    lengths = {len(c) for c in curves}
+    if len(lengths) != 1 or 0 in lengths:
+        raise FoldFailedError(f"folds validated different numbers of epochs: {sorted(lengths)}")
+    means = [sum(values) / len(values) for values in zip(*curves, strict=True)]
+    best = max(range(len(means)), key=lambda e: (means[e], -e))
+    return best + 1, means[best]
+
+
+def run_fold(
+    args: list[str], log: Path, budget: Budget, fork: ForkRunner, threads: int | None
+) -> list[float]:
+    """The fold's validation metric after each epoch, from a forked `fit`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    result = log.with_suffix(".json")
+    status = fork(fold_main, (args, str(result), budget.metric), log, threads)
+    if status != 0 or not result.is_file():
+        raise FoldFailedError(f"{last_error(log)} (exit status {status}; log: {log})")
+    curve = json.loads(result.read_text())["curve"]
+    if len(curve) != budget.max_epochs or not all(math.isfinite(v) for v in curve):
+        raise FoldFailedError(
+            f"validated {len(curve)} of {budget.max_epochs} epochs ({curve}); log: {log}"
+        )
+    return [float(v) for v in curve]
+
+
+def fold_main(args: list[str], result: str, metric: str) -> None:
+    """In the fold's process: run the fit, then write its per-epoch validation curve."""
+    from benchmark.training.cli import CircleBenchCLI
+
+    sys.argv = sys.argv[:1]  # this process's own: LightningCLI would warn about tune's argv
+    cli = CircleBenchCLI(args=args)
+    curve = validation_curve(Path(cli.run_dir) / "metrics.csv", metric)
+    Path(result).write_text(json.dumps({"curve": curve, "run_dir": str(cli.run_dir)}))
+
+
+def validation_curve(metrics_csv: Path, metric: str) -> list[float]:
+    """`val/<metric>` after each epoch, in epoch order, from a run's CSV log."""
+    column = f"val/{metric}"
+    by_epoch: dict[int, float] = {}
+    with metrics_csv.open(newline="") as f:
+        for row in csv.DictReader(f):
+            if row.get(column):
+                by_epoch[int(row["epoch"])] = float(row[column])
+    if not by_epoch:
+        raise FoldFailedError(f"{metrics_csv} has no {column}: the fold never validated")
+    return [by_epoch[e] for e in sorted(by_epoch)]
+
+
+def last_error(log: Path) -> str:
+    """The last line of `log` naming an exception (`ValueError: ...`), else its last line."""
+    lines = [x.strip() for x in log.read_text(errors="replace").splitlines() if x.strip()]
+    errors = [x for x in lines if "Error: " in x or x.startswith(("Error", "RuntimeError"))]
+    return (errors or lines or ["the fold's process wrote nothing"])[-1][:500]
+
+
+def _rounded(curves: list[list[float]]) -> list[list[float]]:
+    return [[round(v, 4) for v in c] for c in curves]

@@ -1,0 +1,176 @@
+"""Search spaces: `experiments/spaces/<loss>.yaml`, one per loss, over `training.yaml`'s knobs.
+
+A loss's space names its own hyper-parameters (constructor arguments of its loss, as config
+paths under `model.loss.init_args`) with their ranges, and which shared training knobs it uses:
+
+```yaml
+loss: losses.CircleLoss            # the class the experiment config must use
+params:                            # each a float range, `log: true` for a log scale,
+  m: {low: 0.05, high: 0.6}        # `int: true` for integers, or `choices: [...]`
+  gamma: {low: 8.0, high: 512.0, log: true}
+training: [head_lr, weight_decay]  # knobs of experiments/spaces/training.yaml
+```
+
+A nested argument is a dotted path below `model.loss.init_args` (`source.init_args.scale`,
+`loss.init_args.margin` for a wrapped pytorch-metric-learning loss); its Optuna name is the
+last part. `training.yaml` gives each shared knob one range for every loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+
+SPACES_DIR = Path("experiments/spaces")
+TRAINING = "training"  # the shared knobs' file stem
+LOSS_ARGS = "model.loss.init_args"
+_RANGE_KEYS = {"low", "high", "log", "int", "choices", "path"}
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One searched value: its Optuna name, config path and distribution."""
+
+    name: str
+    path: str  # e.g. "model.loss.init_args.gamma"
+    distribution: optuna.distributions.BaseDistribution
+
+    def suggest(self, trial: optuna.Trial) -> Any:
+        """The trial's value of this parameter (drawn by the sampler, or enqueued)."""
+        d = self.distribution
+        if isinstance(d, optuna.distributions.CategoricalDistribution):
+            return trial.suggest_categorical(self.name, d.choices)
+        if isinstance(d, optuna.distributions.IntDistribution):
+            return trial.suggest_int(self.name, d.low, d.high, log=d.log)
+        assert isinstance(d, optuna.distributions.FloatDistribution)  # _parameter builds these
+        return trial.suggest_float(self.name, d.low, d.high, log=d.log)
+
+    def override(self, value: Any) -> str:
+        """`--path=value` for the `circlebench fit` command line."""
+        text = "null" if value is None else str(value).lower() if isinstance(value, bool) else value
+        return f"--{self.path}={text}"
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A loss's space: the class it is for and its parameters (own, then shared knobs)."""
+
+    name: str
+    file: Path
+    loss: str
+    parameters: tuple[Parameter, ...]
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        """Values for `trial`, by parameter name."""
+        return {p.name: p.suggest(trial) for p in self.parameters}
+
+    def overrides(self, values: dict[str, Any]) -> list[str]:
+        """The command-line overrides that apply `values` (by parameter name) to a config."""
+        return [p.override(values[p.name]) for p in self.parameters]
+
+    def values_in(self, config: dict) -> dict[str, Any]:
+        """The values a parsed config (`CircleBenchCLI.config_dump`-like dict) gives each
+        parameter: the loss's default setting, which a study tries first."""
+        return {p.name: _lookup(config, p.path) for p in self.parameters}
+
+    def loss_arguments(self) -> dict[str, str]:
+        """Parameter name -> its path below `model.loss.init_args` (the loss's own ones)."""
+        prefix = LOSS_ARGS + "."
+        return {
+            p.name: p.path.removeprefix(prefix)
+            for p in self.parameters
+            if p.path.startswith(prefix)
+        }
+
+
+def space_path(stem: str, root: Path = Path(".")) -> Path:
+    """Where the space of the experiment `stem` lives."""
+    return root / SPACES_DIR / f"{stem}.yaml"
+
+
+def load_space(file: Path) -> SearchSpace:
+    """Parse a loss's space file and the shared knobs it names (from `training.yaml` beside it).
+
+    Raises:
+        FileNotFoundError: the file is absent (the message says how to write one).
+        ValueError: an unknown key, knob or range, with the file and the fix.
+    """
+    if not file.is_file():
+        raise FileNotFoundError(
+            f"no search space at {file}: write one (a `loss:` class, `params:` with ranges, "
+            f"`training:` knobs; see {SPACES_DIR}/circle.yaml and docs/guides/tuning.md) or "
+            "pass --space FILE"
+        )
+    spec = yaml.safe_load(file.read_text()) or {}
+    unknown = sorted(set(spec) - {"loss", "params", "training"})
+    if unknown or not isinstance(spec.get("loss"), str):
+        raise ValueError(
+            f"{file}: a space has keys loss (a class path), params and training; got {sorted(spec)}"
+        )
+    params = [
+        _parameter(name.rsplit(".", 1)[-1], f"{LOSS_ARGS}.{name}", rng, f"{file}: params.{name}")
+        for name, rng in (spec.get("params") or {}).items()
+    ]
+    knobs = _training_knobs(file.parent / f"{TRAINING}.yaml")
+    for knob in spec.get("training") or []:
+        if knob not in knobs:
+            raise ValueError(f"{file}: training knob {knob!r} is not one of {sorted(knobs)}")
+        params.append(knobs[knob])
+    names = [p.name for p in params]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{file}: parameter names repeat: {names}")
+    return SearchSpace(file.stem, file, spec["loss"], tuple(params))
+
+
+def _training_knobs(file: Path) -> dict[str, Parameter]:
+    if not file.is_file():
+        raise FileNotFoundError(f"the shared training knobs file {file} is missing")
+    spec = yaml.safe_load(file.read_text()) or {}
+    knobs = {}
+    for name, rng in spec.items():
+        if not isinstance(rng, dict) or "path" not in rng:
+            raise ValueError(f"{file}: knob {name!r} needs a `path:` and a range")
+        knobs[name] = _parameter(name, rng["path"], rng, f"{file}: {name}")
+    return knobs
+
+
+def _parameter(name: str, path: str, rng: object, where: str) -> Parameter:
+    """A Parameter from a `{low, high[, log][, int]}` or `{choices}` mapping."""
+    if not isinstance(rng, dict) or set(rng) - _RANGE_KEYS:
+        raise ValueError(
+            f"{where}: expected {{low, high[, log][, int]}} or {{choices: [...]}}, got {rng!r}"
+        )
+    distribution: optuna.distributions.BaseDistribution
+    if "choices" in rng:
+        distribution = optuna.distributions.CategoricalDistribution(rng["choices"])
+    else:
+        low, high = rng.get("low"), rng.get("high")
+        if not isinstance(low, int | float) or not isinstance(high, int | float) or low >= high:
+            raise ValueError(f"{where}: needs numbers low < high, got low={low!r} high={high!r}")
+        if rng.get("log") and low <= 0:
+            raise ValueError(f"{where}: a log range needs low > 0, got {low}")
+        log = bool(rng.get("log", False))
+        distribution = (
+            optuna.distributions.IntDistribution(int(low), int(high), log=log)
+            if rng.get("int")
+            else optuna.distributions.FloatDistribution(float(low), float(high), log=log)
+        )
+    return Parameter(name, path, distribution)
+
+
+def _lookup(config: dict, path: str) -> Any:
+    """`config["model"]["loss"]["init_args"]["m"]` for `model.loss.init_args.m`; KeyError
+    naming the path when the config has no such value."""
+    node: Any = config
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(
+                f"the config has no value at {path!r} (stopped at {part!r}); the space names a "
+                "parameter this config does not set: is the space for another loss?"
+            )
+        node = node[part]
+    return node
