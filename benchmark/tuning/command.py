@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     budget = parser.add_argument_group("budget (--config mode; a suite group declares its own)")
     budget.add_argument("--trials", type=int, help="finished trials (default 30)")
     budget.add_argument("--folds", type=int, help="class-disjoint folds (default 3)")
-    budget.add_argument("--epochs", type=int, help="epoch cap of every fold (default 6)")
+    budget.add_argument("--epochs", type=int, help="epoch cap of every fold (default 4)")
     budget.add_argument("--metric", help="validation metric maximised (default MAP@R)")
     budget.add_argument("--pruner", choices=["none", "wilcoxon"], help="default none")
     budget.add_argument("--sampler-seed", type=int, help="TPE seed (default 0)")

@@ -41,7 +41,7 @@ class Budget:
 
     trials: int = 30
     folds: int = 3
-    max_epochs: int = 6
+    max_epochs: int = 4
     metric: str = "MAP@R"
     pruner: Pruner = "none"
     sampler_seed: int = 0
@@ -131,7 +131,7 @@ def parse_experiment(config: Path, overrides: tuple[str, ...], space: SearchSpac
 
     with _own_argv():
         cli = CircleBenchCLI(args=["--config", str(config), *overrides], run=False, parse_only=True)
-    parsed = yaml.safe_load(cli.parser.dump(cli.config, skip_none=False, format="yaml"))
+    parsed = yaml.safe_load(cli.parser.dump(cli.config, format="yaml"))
     loss = parsed["model"]["loss"]["class_path"]
     if loss != space.loss:
         raise ValueError(

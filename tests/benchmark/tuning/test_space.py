@@ -1,0 +1,141 @@
+"""Search spaces: one per loss, every searched name an argument of that loss, defaults inside."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from benchmark.tuning.space import LOSS_ARGS, SPACES_DIR, load_space
+
+ROOT = Path(__file__).resolve().parents[3]
+FROZEN = ROOT / "experiments" / "synthetic" / "fine_grained" / "frozen"
+SPACES = sorted(p for p in (ROOT / SPACES_DIR).glob("*.yaml") if p.stem != "training")
+
+
+def _class(path: str) -> type:
+    module, name = path.rsplit(".", 1)
+    return getattr(importlib.import_module(module), name)
+
+
+def _loss_config(stem: str) -> dict:
+    return yaml.safe_load((FROZEN / f"{stem}.yaml").read_text())["model"]["loss"]
+
+
+def test_every_frozen_loss_has_a_space() -> None:
+    assert {p.stem for p in SPACES} == {p.stem for p in FROZEN.glob("*.yaml")}
+
+
+@pytest.mark.parametrize("file", SPACES, ids=lambda p: p.stem)
+def test_every_searched_name_is_an_argument_of_its_loss(file: Path) -> None:
+    space = load_space(file)
+    config = _loss_config(file.stem)
+    assert config["class_path"] == space.loss
+    for name, path in space.loss_arguments().items():
+        node, parts = config, path.split(".")
+        for i, part in enumerate(parts):  # `source.init_args.scale`: walk the nested classes
+            if part == "init_args":
+                continue
+            arguments = inspect.signature(_class(node["class_path"]).__init__).parameters
+            assert part in arguments, f"{file.name}: {name} is not an argument of {node}"
+            if i + 1 < len(parts):
+                node = node["init_args"][part]
+
+
+@pytest.mark.parametrize("file", SPACES, ids=lambda p: p.stem)
+def test_loss_lr_is_searched_exactly_when_the_loss_has_parameters(file: Path) -> None:
+    config = _loss_config(file.stem)
+    args = dict(config.get("init_args", {}))
+    if "source" in args:
+        source = args["source"]
+        args["source"] = _class(source["class_path"])(**source["init_args"])
+    loss = _class(config["class_path"])(**args)
+    names = {p.name for p in load_space(file).parameters}
+    assert ("loss_lr" in names) == any(True for _ in loss.parameters())
+
+
+@pytest.mark.parametrize("file", SPACES, ids=lambda p: p.stem)
+def test_the_configured_setting_is_a_point_of_the_space(file: Path) -> None:
+    """The study's first trial is the loss as configured: it must be inside the space."""
+    space = load_space(file)
+    config = yaml.safe_load((FROZEN / f"{file.stem}.yaml").read_text())
+    config["model"].setdefault("loss_lr", 1e-2)  # MetricLearningModule's defaults
+    for p in space.parameters:
+        value = config
+        for part in p.path.split("."):
+            value = value[part]
+        d = p.distribution
+        assert isinstance(d, optuna.distributions.FloatDistribution)
+        assert d.low <= value <= d.high, (
+            f"{file.name}: {p.name}={value} outside [{d.low}, {d.high}]"
+        )
+
+
+def test_reid_circle_settings_are_inside_the_circle_space() -> None:
+    """The re-ID group's Circle settings (m 0.25, gamma 256) start its studies."""
+    ranges = {
+        p.name: p.distribution for p in load_space(ROOT / SPACES_DIR / "circle.yaml").parameters
+    }
+    assert ranges["m"].low <= 0.25 <= ranges["m"].high  # type: ignore[attr-defined]
+    assert ranges["gamma"].low <= 256 <= ranges["gamma"].high  # type: ignore[attr-defined]
+
+
+def _write(folder: Path, text: str, training: str | None = None) -> Path:
+    (folder / "training.yaml").write_text(
+        training or "head_lr: {path: model.head_lr, low: 1.0e-5, high: 1.0e-2, log: true}\n"
+    )
+    path = folder / "mine.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_space_reads_ranges_choices_and_shared_knobs(tmp_path: Path) -> None:
+    file = _write(
+        tmp_path,
+        "loss: losses.TripletLoss\nparams:\n  margin: {low: 0.1, high: 0.5}\n"
+        "  soft_margin: {choices: [false, true]}\n"
+        "  source.init_args.k: {low: 1, high: 4, int: true}\n"
+        "training: [head_lr]\n",
+    )
+    space = load_space(file)
+    assert [p.name for p in space.parameters] == ["margin", "soft_margin", "k", "head_lr"]
+    assert space.loss_arguments() == {
+        "margin": "margin",
+        "soft_margin": "soft_margin",
+        "k": "source.init_args.k",
+    }
+    assert space.overrides({"margin": 0.3, "soft_margin": True, "k": 2, "head_lr": 1e-3}) == [
+        f"--{LOSS_ARGS}.margin=0.3",
+        f"--{LOSS_ARGS}.soft_margin=true",
+        f"--{LOSS_ARGS}.source.init_args.k=2",
+        "--model.head_lr=0.001",
+    ]
+    trial = optuna.create_study().ask()
+    values = space.suggest(trial)
+    assert 0.1 <= values["margin"] <= 0.5 and values["k"] in range(1, 5)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("loss: losses.TripletLoss\nmargins: {}\n", r"a space has keys loss .*params and training"),
+        ("params: {}\n", r"a space has keys loss \(a class path\)"),
+        ("loss: x\nparams:\n  a: {low: 2, high: 1}\n", r"params.a: needs numbers low < high"),
+        ("loss: x\nparams:\n  a: {low: 0, high: 1, log: true}\n", r"a log range needs low > 0"),
+        ("loss: x\nparams:\n  a: {low: 0, high: 1, step: 2}\n", r"expected \{low, high"),
+        ("loss: x\ntraining: [loss_lr]\n", r"training knob 'loss_lr' is not one of \['head_lr'\]"),
+        ("loss: x\nparams:\n  head_lr: {low: 0, high: 1}\ntraining: [head_lr]\n", r"names repeat"),
+    ],
+)
+def test_bad_spaces_are_explained(tmp_path: Path, text: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        load_space(_write(tmp_path, text))
+
+
+def test_a_missing_space_says_how_to_write_one(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"no search space at .*write one.*--space FILE"):
+        load_space(tmp_path / "nope.yaml")
