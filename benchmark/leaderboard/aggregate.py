@@ -9,9 +9,12 @@ deviation (ddof=1); it is empty for a single seed.
 Seeds pair runs across experiments of a group (same data order and, where the architectures
 agree, the same initialisation), so a difference between two experiments is estimated from the
 per-seed differences d_s = x_s − y_s over the seeds both ran: `<metric>_vs_floor_mean` and
-`_ci95` against the group's floor (the untrained model, loss `none (pretrained)`), and
-`<metric>_vs_circle_*` against pair-wise Circle loss — the paired t interval, which is
-narrower than comparing two unpaired intervals when seeds move both runs alike.
+`_ci95` against the group's floor (the untrained model, loss `none (pretrained)`),
+`<metric>_vs_circle_*` against pair-wise Circle loss in the same setting (a tuned loss against
+tuned Circle, a default one against default Circle), and, for a tuned experiment
+(`<stem>.tuned`), `<metric>_vs_default_*` against the same loss as configured — the paired t
+interval, which is narrower than comparing two unpaired intervals when seeds move both runs
+alike.
 """
 
 from __future__ import annotations
@@ -26,11 +29,26 @@ from benchmark.evaluation.metrics import metric_columns
 from benchmark.training.atomic import replaced
 from benchmark.training.results import FLOOR_LOSS, SETTINGS_COLUMNS
 
-# The references every experiment of a group is compared with: name -> how to find its rows.
-REFERENCES = {
-    "floor": lambda rows: rows["loss"] == FLOOR_LOSS,
-    "circle": lambda rows: (rows["loss"] == "CircleLoss") & (rows["labels"] == "pair-wise"),
-}
+TUNED = ".tuned"  # the experiment suffix of a loss as tuned (`suite.Cell.experiment`)
+
+
+def _floor(entry: pd.Series, group: pd.DataFrame) -> pd.Series:
+    return group["loss"] == FLOOR_LOSS
+
+
+def _circle(entry: pd.Series, group: pd.DataFrame) -> pd.Series:
+    pairwise = (group["loss"] == "CircleLoss") & (group["labels"] == "pair-wise")
+    return pairwise & (group["tuning"] == entry["tuning"])
+
+
+def _default(entry: pd.Series, group: pd.DataFrame) -> pd.Series:
+    own = str(entry["experiment"]).removesuffix(TUNED)
+    return (group["experiment"] == own) & str(entry["experiment"]).endswith(TUNED)
+
+
+# The references an experiment is compared with: name -> its candidates among the group's
+# experiments (the first one is taken; an experiment is never its own reference).
+REFERENCES = {"floor": _floor, "circle": _circle, "default": _default}
 
 
 def ci95(values: pd.Series) -> float:
@@ -90,28 +108,33 @@ def _paired_columns(
 ) -> dict[str, list[float]]:
     """`<metric>_vs_<reference>_mean` / `_ci95` for every experiment (NaN for the reference
     itself and where its group has no such reference)."""
-    rows = rows.assign(experiment=experiment, group=experiment.str.split("/").str[0])
+    rows = rows.assign(experiment=experiment)
     columns: dict[str, list[float]] = {}
-    for name, is_reference in REFERENCES.items():
-        reference_rows = rows[is_reference(rows)]
+    for name, candidates in REFERENCES.items():
+        found = []
+        for _, entry in board.iterrows():
+            group = board[board["group"] == entry["group"]]
+            hits = group[candidates(entry, group)]["experiment"].tolist()
+            found.append(hits[0] if hits and hits[0] != entry["experiment"] else None)
         for metric in metrics:
             means, cis = [], []
-            for _, entry in board.iterrows():
-                own = rows[rows["experiment"] == entry["experiment"]]
-                ref = reference_rows[reference_rows["group"] == entry["group"]]
-                if ref.empty or ref["experiment"].iloc[0] == entry["experiment"]:
+            for own, ref in zip(board["experiment"], found, strict=True):
+                if ref is None:
                     means.append(math.nan)
                     cis.append(math.nan)
                     continue
-                ref = ref[ref["experiment"] == ref["experiment"].iloc[0]]  # the first one
                 mean, ci, _ = paired_difference(
-                    own.set_index("seed")[metric], ref.set_index("seed")[metric]
+                    _by_seed(rows, own, metric), _by_seed(rows, ref, metric)
                 )
                 means.append(mean)
                 cis.append(ci)
             columns[f"{metric}_vs_{name}_mean"] = means
             columns[f"{metric}_vs_{name}_ci95"] = cis
     return columns
+
+
+def _by_seed(rows: pd.DataFrame, experiment: str, metric: str) -> pd.Series:
+    return rows[rows["experiment"] == experiment].set_index("seed")[metric]
 
 
 def write_csv(board: pd.DataFrame, path: Path) -> None:

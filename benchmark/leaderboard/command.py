@@ -43,6 +43,7 @@ from benchmark.leaderboard.runner import (
 from benchmark.leaderboard.suite import Suite, load_suite
 from benchmark.training.atomic import write_text
 from benchmark.training.results import read_results
+from benchmark.tuning.tuned import GroupStudies, group_studies
 
 DEFAULT_TOLERANCE = 1.0  # percentage points: one flipped query of 160; README says why
 RUNNERS: dict[str, CellRunner] = {
@@ -177,12 +178,14 @@ def build(
         numerics.write(out, numerics.fingerprint())
     paper_csv = results_dir / "paper_reference.csv"
     paper = read_paper_reference(paper_csv) if paper_csv.is_file() else pd.DataFrame()
+    studies = suite_studies(suite)
     markdown = leaderboard_markdown(
         board,
         title=f"Leaderboard: suite `{suite.name}`",
         description=suite.description,
         paper=paper,
         paper_datasets={g.name: g.paper_dataset for g in suite.groups if g.paper_dataset},
+        studies=studies,
     )
     write_text(out / "leaderboard.md", markdown)
     plots = write_plots(board, rows, out / "plots")
@@ -193,6 +196,7 @@ def build(
         title=f"Leaderboard: suite {suite.name}",
         description=suite.description,
         fingerprint=numerics.read(out),
+        studies=studies,
     )
     for group, table in terminal_summary(board):
         console.print(f"\n[bold]{group}[/]")
@@ -203,6 +207,15 @@ def build(
     console.print(f"wrote {out / 'leaderboard.csv'}, {out / 'leaderboard.md'}, {len(plots)} plots")
     console.print(f"wrote {report}: open it in a browser")
     return board, summary
+
+
+def suite_studies(suite: Suite) -> dict[str, GroupStudies]:
+    """The tuning studies of every group that tunes (its losses already tuned)."""
+    return {
+        g.name: group_studies(g.name, [c.stem for c in g.configs], g.tuning.describe())
+        for g in suite.groups
+        if g.tuning is not None
+    }
 
 
 def check(

@@ -9,7 +9,9 @@ from pathlib import Path
 import pandas as pd
 
 from benchmark.evaluation.metrics import metric_columns
+from benchmark.tuning.tuned import GroupStudies
 
+_REFERENCE_NAMES = {"floor": "floor", "circle": "Circle", "default": "default"}
 # Settings shown once in a group's heading when all its rows share them, else as a column.
 _SHARED: tuple[str, ...] = ("dataset", "protocol", "backbone", "pretrained", "embedding_dim")
 _SHARED += ("image_size", "p", "k", "epochs", "include_val", "rerank")
@@ -77,12 +79,14 @@ def leaderboard_markdown(
     description: str,
     paper: pd.DataFrame,
     paper_datasets: dict[str, str],
+    studies: dict[str, GroupStudies] | None = None,
 ) -> str:
     """The whole leaderboard page: one table per group, in the order of `board`.
 
     Args:
         paper_datasets: group name → the paper dataset its numbers are compared with; groups
             absent here (synthetic data, subsets) show no paper numbers.
+        studies: group name → its tuning budget and studies, for groups that tune.
     """
     lines = [f"# {title}", ""]
     if description:
@@ -93,13 +97,65 @@ def leaderboard_markdown(
         "same dataset, loss and labels, shown only where the suite declares its data comparable. "
         "`none (pretrained)` is the group's floor: the same network and evaluation with no "
         "training. `Δ floor` and `Δ Circle` are paired differences of the first metric (per seed, "
-        "then mean ± 95 % CI) to the floor and to pair-wise Circle loss; `*` marks an interval "
-        "that excludes 0.",
+        "then mean ± 95 % CI) to the floor and to pair-wise Circle loss in the same setting; "
+        "`Δ default`, of a tuned loss to the same loss as configured; `*` marks an interval "
+        "that excludes 0. A `tuned` row trains the setting `circlebench tune` found for its loss "
+        "on class-disjoint folds of the training classes (never the test classes), with the "
+        "budget its group states, the same for every loss of the group.",
         "",
     ]
     for group, rows in board.groupby("group", sort=False):
         lines += _group_table(str(group), rows, paper, paper_datasets.get(str(group)))
+        if studies and str(group) in studies:
+            lines += tuning_table(studies[str(group)])
     return "\n".join(lines)
+
+
+def setting(row: pd.Series) -> str:
+    """`tuned` for a row trained with a tuned setting, else `default`."""
+    return "tuned" if str(row.get("tuning", "") or "") else "default"
+
+
+def tuning_rows(studies: GroupStudies) -> tuple[str, list[str], list[list[str]]]:
+    """How each loss of a group was tuned, as (a sentence with the budget, header, rows): per
+    loss the validation score of its configured setting, of the median trial and of the best
+    (how hard it was to tune), the best's epochs and values."""
+    metric = "val " + next((s["budget"]["metric"] for s in studies.summaries.values()), "")
+    intro = (
+        f"Tuning (`circlebench tune`): {studies.budget}; every loss the same. Validation "
+        f"scores are the mean {metric} over the folds at the chosen epoch: the configured "
+        "setting's, the median trial's and the best's, with its epoch count and values."
+    )
+    head = ["loss", f"{metric}: default", "median", "best", "epochs", "trials (failed)"]
+    head.append("tuned setting")
+    rows = []
+    for stem, summary in studies.summaries.items():
+        default, best, counts = summary["default"], summary["best"], summary["trials"]
+        trials = counts["complete"] + counts["failed"] + counts["pruned"]
+        params = ", ".join(f"{k}={_short(v)}" for k, v in best["params"].items())
+        rows.append(
+            [
+                stem,
+                f"{default['value']:.2f}" if default else "–",
+                f"{summary['median_value']:.2f}",
+                f"{best['value']:.2f}",
+                str(best["epoch"]),
+                f"{trials} ({counts['failed']})",
+                params,
+            ]
+        )
+    return intro, head, rows
+
+
+def tuning_table(studies: GroupStudies) -> list[str]:
+    """`tuning_rows` as Markdown lines."""
+    intro, head, rows = tuning_rows(studies)
+    lines = [intro, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return [*lines, *("| " + " | ".join(row) + " |" for row in rows), ""]
+
+
+def _short(value: object) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def _group_table(
@@ -115,15 +171,19 @@ def _group_table(
     metrics = [m for m in metric_columns([c[:-5] for c in rows if c.endswith("_mean")])]
     metrics = [m for m in metrics if rows[f"{m}_mean"].notna().any()]
     deltas = [
-        r for r in ("floor", "circle")
+        r for r in ("floor", "circle", "default")
         if metrics and rows.get(f"{metrics[0]}_vs_{r}_mean", pd.Series()).notna().any()
     ]  # fmt: skip
-    delta_heads = [f"Δ {'floor' if r == 'floor' else 'Circle'} {metrics[0]}" for r in deltas]
-    head = ["loss", "labels", "params", *varying, "seeds", *metrics, *delta_heads, "s/run"]
+    delta_heads = [f"Δ {_REFERENCE_NAMES[r]} {metrics[0]}" for r in deltas]
+    tuned = "tuning" in rows and rows["tuning"].astype(bool).any()
+    settings = ["setting"] if tuned else []
+    head = ["loss", "labels", *settings, "params", *varying, "seeds", *metrics, *delta_heads]
+    head += ["s/run"]
     lines = [f"## {group}", "", facts, "", "| " + " | ".join(head) + " |"]
     lines.append("|" + "---|" * len(head))
     for _, row in rows.iterrows():
-        cells = [row["loss"], row["labels"], format_params(row["loss_params"])]
+        cells = [row["loss"], row["labels"], *([setting(row)] if tuned else [])]
+        cells.append(format_params(row["loss_params"]))
         cells += [str(row[c]) for c in varying] + [str(row["n_seeds"])]
         for m in metrics:
             ref = paper_value(paper, paper_dataset, row["loss"], row["labels"], m)
@@ -147,19 +207,21 @@ def terminal_summary(board: pd.DataFrame) -> list[tuple[str, list[list[str]]]]:
         if not metrics:
             continue
         first = metrics[0]
-        head = ["loss", "labels", "seeds", first, f"Δ floor {first}", f"Δ Circle {first}"]
-        body = [head]
+        references = ["floor", "circle"]
+        tuned = "tuning" in rows and rows["tuning"].astype(bool).any()
+        references += ["default"] if tuned else []
+        head = ["loss", "labels", *(["setting"] if tuned else []), "seeds", first]
+        body = [head + [f"Δ {_REFERENCE_NAMES[r]} {first}" for r in references]]
         for _, row in rows.iterrows():
             deltas = [
                 format_difference(
                     row.get(f"{first}_vs_{r}_mean", math.nan),
                     row.get(f"{first}_vs_{r}_ci95", math.nan),
                 )
-                for r in ("floor", "circle")
+                for r in references
             ]
             mean_ci = format_cell(row[f"{first}_mean"], row[f"{first}_ci95"], None)
-            body.append(
-                [str(row["loss"]), str(row["labels"]), str(row["n_seeds"]), mean_ci, *deltas]
-            )
+            labels = [str(row["loss"]), str(row["labels"]), *([setting(row)] if tuned else [])]
+            body.append([*labels, str(row["n_seeds"]), mean_ci, *deltas])
         tables.append((str(group), body))
     return tables

@@ -19,14 +19,16 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from benchmark.evaluation.metrics import metric_columns
-from benchmark.leaderboard.markdown import format_params
+from benchmark.leaderboard.markdown import format_params, setting, tuning_rows
 from benchmark.leaderboard.report_figures import (
     metric_bars,
     similarity_scatter,
     training_curves_figure,
 )
+from benchmark.leaderboard.report_tuning import optimisation_history, tuned_vs_default
 from benchmark.leaderboard.run_logs import experiments
 from benchmark.training.atomic import write_text
+from benchmark.tuning.tuned import GroupStudies
 
 # Board columns that are not settings: identity and bookkeeping, shown elsewhere on the page.
 _NOT_SETTINGS = ("experiment", "group", "requires", "n_seeds", "seeds")
@@ -40,9 +42,13 @@ def write_report(
     title: str,
     description: str = "",
     fingerprint: str | None = None,
+    studies: dict[str, GroupStudies] | None = None,
 ) -> Path:
-    """Write the page for `board` (one row per experiment) and its runs' `rows` atomically."""
-    page = report_html(board, rows, title=title, description=description, fingerprint=fingerprint)
+    """Write the page for `board` (one row per experiment) and its runs' `rows` atomically;
+    `studies` are the tuning studies of the groups that tune."""
+    page = report_html(
+        board, rows, title=title, description=description, fingerprint=fingerprint, studies=studies
+    )
     write_text(path, page)
     return path
 
@@ -54,6 +60,7 @@ def report_html(
     title: str,
     description: str = "",
     fingerprint: str | None = None,
+    studies: dict[str, GroupStudies] | None = None,
 ) -> str:
     """The whole page as a string (see the module docstring)."""
     shas = sorted({str(s) for s in rows.get("git_sha", []) if str(s)})
@@ -79,6 +86,14 @@ def report_html(
             ("curves", training_curves_figure(runs)),
             ("scatter", similarity_scatter(runs)),
         ]
+        if studies and str(group) in studies:
+            intro, head, table = tuning_rows(studies[str(group)])
+            body.append(f"<h3>Tuning</h3><p>{_e(intro)}</p>{_plain_table(head, table)}")
+            metrics = _metrics(entries)
+            group_figures += [
+                ("tuned", tuned_vs_default(entries, metrics[0]) if metrics else None),
+                ("history", optimisation_history(studies[str(group)])),
+            ]
         for kind, figure in group_figures:
             if figure is not None:
                 figures.append((f"fig-{index}-{kind}", figure))
@@ -139,7 +154,7 @@ def _table(entries: pd.DataFrame) -> str:
         cells.append("<tr>")
         cells.append(_td(str(row["experiment"]).rsplit("/", 1)[-1]))
         for column in settings:
-            text = str(row[column])
+            text = setting(row) if column == "tuning" else str(row[column])  # budget: in notes
             shown = format_params(text) if column == "loss_params" else text
             cells.append(_td(shown, text, wrap=True))
         cells.append(_td(str(row["n_seeds"]), float(row["n_seeds"])))
@@ -153,6 +168,14 @@ def _table(entries: pd.DataFrame) -> str:
         cells.append("</tr>")
     cells.append("</tbody></table></div>")
     return "".join(cells)
+
+
+def _plain_table(head: list[str], rows: list[list[str]]) -> str:
+    cells = ["<div class='scroll'><table class='board'><thead><tr>"]
+    cells += [f"<th scope='col'>{_e(name)}</th>" for name in head]
+    cells.append("</tr></thead><tbody>")
+    cells += ["<tr>" + "".join(_td(text, wrap=True) for text in row) + "</tr>" for row in rows]
+    return "".join([*cells, "</tbody></table></div>"])
 
 
 def _td(text: str, sort: str | float | None = None, *, wrap: bool = False) -> str:

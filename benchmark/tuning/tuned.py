@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import pandas as pd
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
@@ -57,6 +58,30 @@ class TunedFiles:
         return json.loads(self.summary.read_text()) if self.summary.is_file() else None
 
 
+@dataclass(frozen=True)
+class GroupStudies:
+    """What boards show of a group's tuning: its budget, and per tuned loss (config stem) the
+    study's summary and trials (`TunedFiles.read_summary`, `.trials`)."""
+
+    budget: str
+    summaries: dict[str, dict[str, Any]]
+    trials: dict[str, pd.DataFrame]
+
+
+def group_studies(
+    group: str, stems: list[str], budget: str, root: Path = Path(".")
+) -> GroupStudies:
+    """The studies of `stems` in `group` that have been run (a loss not yet tuned is absent)."""
+    summaries, trials = {}, {}
+    for stem in stems:
+        files = group_files(group, stem, root)
+        summary = files.read_summary()
+        if summary is not None and files.trials.is_file():
+            summaries[stem] = summary
+            trials[stem] = pd.read_csv(files.trials, keep_default_na=False)
+    return GroupStudies(budget, summaries, trials)
+
+
 def group_files(group: str, stem: str, root: Path = Path(".")) -> TunedFiles:
     """Where the tuned setting of a suite group's loss lives."""
     return TunedFiles(root / TUNED_DIR / group, stem)
@@ -72,7 +97,9 @@ def recipe(config: Path, overrides: tuple[str, ...], root: Path = Path(".")) -> 
     }
 
 
-def write_tuned(study: optuna.Study, experiment: Experiment, budget: Budget, files: TunedFiles):
+def write_tuned(
+    study: optuna.Study, experiment: Experiment, budget: Budget, files: TunedFiles
+) -> dict[str, Any]:
     """Write the three files from `study` (atomically); its summary. Raises ValueError when no
     trial completed (every setting failed: the summary's trials say why)."""
     trials = study.get_trials(deepcopy=False)

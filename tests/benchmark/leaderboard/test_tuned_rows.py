@@ -1,0 +1,181 @@
+"""Boards with tuned rows: cells of a group that tunes, references by setting, the tuning notes."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from benchmark.leaderboard import command as leaderboard
+from benchmark.leaderboard.aggregate import aggregate_rows, paired_difference
+from benchmark.leaderboard.markdown import leaderboard_markdown, terminal_summary
+from benchmark.leaderboard.report import report_html
+from benchmark.leaderboard.suite import load_suite
+from benchmark.tuning.experiment import Budget
+from benchmark.tuning.tuned import GroupStudies, group_files, recipe
+from tests.benchmark.leaderboard.test_leaderboard import fake_fit, frame, row
+
+BUDGET = "30 trials x 3 folds, <= 4 epochs, val MAP@R"
+
+
+def _rows() -> pd.DataFrame:
+    """Floor, Circle and triplet as configured and as tuned, 3 seeds each."""
+    rows = []
+    values = {
+        "g/floor": ("none (pretrained)", [40.0, 41.0, 39.0], ""),
+        "g/circle": ("CircleLoss", [50.0, 52.0, 51.0], ""),
+        "g/triplet": ("TripletLoss", [45.0, 44.0, 47.0], ""),
+        "g/circle.tuned": ("CircleLoss", [53.0, 55.0, 52.0], BUDGET),
+        "g/triplet.tuned": ("TripletLoss", [54.0, 53.0, 55.0], BUDGET),
+    }
+    for experiment, (loss, recalls, tuning) in values.items():
+        for seed, r1 in enumerate(recalls):
+            rows.append(row(f"{experiment}/seed{seed}", seed, r1, loss=loss, tuning=tuning))
+    return frame(*rows)
+
+
+def test_a_tuned_loss_is_compared_with_its_default_and_with_tuned_circle() -> None:
+    rows = _rows()
+    board = aggregate_rows(rows).set_index("experiment")
+    by_seed = {
+        e: rows[rows["cell_id"].str.startswith(e + "/")].set_index("seed")["R@1"]
+        for e in board.index
+    }
+    mean, ci, n = paired_difference(by_seed["g/triplet.tuned"], by_seed["g/triplet"])
+    assert board.at["g/triplet.tuned", "R@1_vs_default_mean"] == pytest.approx(mean)
+    assert board.at["g/triplet.tuned", "R@1_vs_default_ci95"] == pytest.approx(ci) and n == 3
+    tuned_vs_tuned = paired_difference(by_seed["g/triplet.tuned"], by_seed["g/circle.tuned"])[0]
+    assert board.at["g/triplet.tuned", "R@1_vs_circle_mean"] == pytest.approx(tuned_vs_tuned)
+    default_vs_default = paired_difference(by_seed["g/triplet"], by_seed["g/circle"])[0]
+    assert board.at["g/triplet", "R@1_vs_circle_mean"] == pytest.approx(default_vs_default)
+    assert pd.isna(board.at["g/triplet", "R@1_vs_default_mean"])  # a default row has none
+    assert pd.isna(board.at["g/circle.tuned", "R@1_vs_circle_mean"])  # not its own reference
+    floor = paired_difference(by_seed["g/circle.tuned"], by_seed["g/floor"])[0]
+    assert board.at["g/circle.tuned", "R@1_vs_floor_mean"] == pytest.approx(floor)
+
+
+def _studies() -> GroupStudies:
+    summary = {
+        "budget": {"metric": "MAP@R"},
+        "default": {"value": 4.5},
+        "median_value": 4.9,
+        "best": {"value": 5.12, "epoch": 4, "params": {"margin": 0.0512345, "head_lr": 0.001}},
+        "trials": {"complete": 29, "failed": 1, "pruned": 0, "interrupted": 2},
+    }
+    trials = pd.DataFrame(
+        {"number": [0, 1, 2], "state": ["COMPLETE", "FAIL", "COMPLETE"], "value": [4.5, "", 5.12]}
+    )
+    return GroupStudies(BUDGET, {"triplet": summary}, {"triplet": trials})
+
+
+def test_markdown_shows_the_setting_the_budget_and_how_hard_each_loss_was_to_tune() -> None:
+    board = aggregate_rows(_rows())
+    text = leaderboard_markdown(
+        board, title="t", description="", paper=pd.DataFrame(), paper_datasets={},
+        studies={"g": _studies()},
+    )  # fmt: skip
+    head = next(line for line in text.splitlines() if line.startswith("| loss | labels |"))
+    assert "| setting |" in head and "Δ default R@1" in head
+    tuned_line = next(
+        line for line in text.splitlines() if "| tuned |" in line and "Triplet" in line
+    )
+    assert "+8.67 ± " in tuned_line  # tuned minus default, paired over the three seeds
+    assert f"Tuning (`circlebench tune`): {BUDGET}; every loss the same" in text
+    assert "| triplet | 4.50 | 4.90 | 5.12 | 4 | 30 (1) | margin=0.0512, head_lr=0.001 |" in text
+    ((_, table),) = terminal_summary(board)
+    assert table[0][:3] == ["loss", "labels", "setting"] and table[0][-1] == "Δ default R@1"
+
+
+def test_the_report_has_a_tuning_section_per_group_that_tunes() -> None:
+    board = aggregate_rows(_rows())
+    page = report_html(board, _rows().assign(run_dir=""), title="t", studies={"g": _studies()})
+    budget = html.escape(BUDGET)
+    assert "<h3>Tuning</h3>" in page and f"{budget}; every loss the same" in page
+    assert "id='fig-0-tuned'" in page and "id='fig-0-history'" in page
+    assert ">tuned<" in page and budget not in page.split("<h3>Tuning</h3>")[0]
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A checkout with a suite whose group tunes its two configs."""
+    (tmp_path / "experiments/syn").mkdir(parents=True)
+    (tmp_path / "experiments/suites").mkdir()
+    for name in ("circle", "triplet"):
+        (tmp_path / f"experiments/syn/{name}.yaml").write_text("{}\n")
+    (tmp_path / "experiments/suites/t.yaml").write_text(
+        "seeds: [0, 1]\ngroups:\n  syn:\n    configs: experiments/syn/*.yaml\n"
+        "    overrides: [--b=2]\n    tuning: {trials: 30, folds: 3, max_epochs: 4}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _tune(project: Path, stem: str, overrides: tuple[str, ...] = ("--b=2",)) -> Path:
+    """Write the tuned files `circlebench tune --suite t --group syn` would."""
+    files = group_files("syn", stem, project)
+    files.folder.mkdir(parents=True, exist_ok=True)
+    files.config.write_text("trainer: {max_epochs: 3}\n")
+    summary = {
+        "tuned_for": recipe(Path(f"experiments/syn/{stem}.yaml"), overrides, project),
+        "budget": Budget(trials=30, folds=3, max_epochs=4).as_dict(),
+    }
+    files.summary.write_text(json.dumps(summary))
+    return files.config
+
+
+def test_a_tuned_cell_waits_for_its_tuning_then_trains_the_tuned_setting(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.setitem(leaderboard.RUNNERS, leaderboard.DEFAULT_ISOLATION, fake_fit(calls))
+    cells = load_suite("t", project).cells()
+    assert [c.cell_id for c in cells] == [
+        f"syn/{stem}{setting}/seed{seed}"
+        for stem in ("circle", "triplet") for setting in ("", ".tuned") for seed in (0, 1)
+    ]  # fmt: skip
+    assert "not tuned yet: run `circlebench tune" in str(cells[2].unavailable(project))
+    tuned = _tune(project, "circle")
+    _tune(project, "triplet", overrides=("--b=1",))  # tuned for an older group entry
+    assert cells[2].unavailable(project) is None
+    assert "tuned for another config or overrides" in str(cells[6].unavailable(project))
+    leaderboard.main(["--suite", "t", "--no-wandb"])
+    ran = {a[a.index("--cell_id") + 1]: a for a in calls}
+    assert set(ran) == {c.cell_id for c in cells} - {
+        "syn/triplet.tuned/seed0",
+        "syn/triplet.tuned/seed1",
+    }
+    args = ran["syn/circle.tuned/seed0"]
+    assert args[-4:] == [
+        "--config",
+        str(tuned.relative_to(project)),
+        "--tuning",
+        Budget(30, 3, 4).describe(),
+    ]
+    assert "--config" not in ran["syn/circle/seed0"][3:]  # the default cell: its config only
+    recipe_before = cells[2].recipe(project, None)
+    tuned.write_text("trainer: {max_epochs: 2}\n")  # re-tuned: the tuned cells run again
+    assert cells[2].recipe(project, None) != recipe_before
+    assert cells[0].recipe(project, None) == load_suite("t", project).cells()[0].recipe(
+        project, None
+    )
+
+
+@pytest.mark.parametrize(
+    ("tuning", "match"),
+    [
+        ("[30]", r"tuning must be a mapping"),
+        ("{trials: 30, epochs: 4}", r"unexpected keyword argument 'epochs'"),
+        ("{trials: 0}", r"trials must be an int >= 1"),
+        ("{folds: 1}", r"folds must be >= 2"),
+        ("{pruner: hyperband}", r"pruner must be none or wilcoxon"),
+    ],
+)
+def test_bad_tuning_budgets_are_explained(project: Path, tuning: str, match: str) -> None:
+    (project / "experiments/suites/b.yaml").write_text(
+        f"groups:\n  syn: {{configs: experiments/syn/*.yaml, tuning: {tuning}}}\n"
+    )
+    with pytest.raises(ValueError, match=match):
+        load_suite("b", project)
