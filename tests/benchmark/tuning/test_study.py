@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
+import shutil
 import signal
+import socket
+import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import optuna
@@ -194,3 +200,42 @@ def test_an_rdb_url_is_an_rdb_storage(tmp_path: Path, monkeypatch: pytest.Monkey
     assert isinstance(open_storage(url), optuna.storages.RDBStorage)
     budget = Budget(trials=2, folds=2, max_epochs=1, startup_trials=1)
     assert len(_run(url, budget=budget).trials) == 2
+
+
+def test_optuna_dashboard_opens_a_study_as_it_is(tmp_path: Path) -> None:
+    """`optuna-dashboard <journal>` (the command users run) lists our study and its trials."""
+    storage = str(tmp_path / "study.journal")
+    _run(storage)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dashboard = shutil.which("optuna-dashboard")
+    if dashboard is None:
+        pytest.skip("optuna-dashboard is not installed (pip install -e '.[dev]')")
+    server = subprocess.Popen(
+        [dashboard, storage, "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        studies = _get_json(f"http://127.0.0.1:{port}/api/studies")
+        (study,) = studies["study_summaries"]
+        assert study["study_name"] == "s"
+        detail = _get_json(f"http://127.0.0.1:{port}/api/studies/{study['study_id']}")
+        assert len(detail["trials"]) == BUDGET.trials
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def _get_json(url: str) -> dict:
+    """GET `url` once the server answers (it starts in a second or two)."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return json.loads(response.read())
+        except (urllib.error.URLError, ConnectionError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
