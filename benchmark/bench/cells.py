@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmark.leaderboard.runner import CellRunner, fork_runner, subprocess_runner
+from benchmark.leaderboard.cells import CellRunner
+from benchmark.leaderboard.runner import fork_runner, subprocess_runner
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments" / "synthetic" / "fine_grained"
 TRACKS = {

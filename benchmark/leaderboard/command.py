@@ -21,6 +21,7 @@ from rich.console import Console
 
 from benchmark.leaderboard import numerics
 from benchmark.leaderboard.aggregate import aggregate_rows, read_leaderboard, write_csv
+from benchmark.leaderboard.cells import CellRunner, CellSettings, RunSummary
 from benchmark.leaderboard.check import compare
 from benchmark.leaderboard.markdown import (
     leaderboard_markdown,
@@ -30,9 +31,6 @@ from benchmark.leaderboard.markdown import (
 from benchmark.leaderboard.plots import write_plots
 from benchmark.leaderboard.report import write_report
 from benchmark.leaderboard.runner import (
-    CellRunner,
-    CellSettings,
-    RunSummary,
     fork_available,
     fork_runner,
     in_process_runner,

@@ -1,8 +1,8 @@
-"""Running a suite's cells one after another: skip finished ones, log each, show progress.
+"""The local launcher: a suite's cells in processes on this machine, `jobs` at a time.
 
 A cell is finished when the suite's rows CSV holds a row with its `cell_id`, so an interrupted
-suite resumes where it stopped. Each cell's output goes to `<logs>/<cell id>.log`; the
-terminal shows only the progress bar and one line per cell.
+suite resumes where it stopped (`cells.unfinished_cells`). Each cell's output goes to
+`<logs>/<cell id>.log`; the terminal shows only the progress bar and one line per cell.
 
 Cells run in processes of their own. By default (`fork_runner`) each is forked from a server
 process that imported the training stack once: a fresh `python -m benchmark.training.cli`
@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
-import fcntl
 import functools
 import multiprocessing
 import multiprocessing.forkserver
@@ -25,17 +24,25 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from benchmark.leaderboard.cells import (
+    CellSettings,
+    RunSummary,
+    cell_args,
+    cell_log,
+    has_row,
+    redirected_fds,
+    suite_lock,
+    unfinished_cells,
+)
 from benchmark.leaderboard.suite import Cell
-from benchmark.training.results import drop_rows, read_results
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PRELOAD = ["benchmark.training.cli"]  # what the fork server imports before forking cells
@@ -51,11 +58,6 @@ class CellFailedError(RuntimeError):
 class StatusLostError(CellFailedError):
     """The fork server lost a cell's exit status: multiprocessing then reports 255. Seen once
     in 345 cells, after the cell had written its row; the row decides (see `_run_one`)."""
-
-
-# (fit arguments, log file, CPU threads or None for torch's default) -> None;
-# raises CellFailedError.
-CellRunner = Callable[[list[str], Path, "int | None"], None]
 
 
 def subprocess_runner(args: list[str], log: Path, threads: int | None) -> None:
@@ -199,7 +201,7 @@ def in_process_runner(args: list[str], log: Path, threads: int | None) -> None:
     from benchmark.training.cli import main as cli_main
 
     default_threads = torch.get_num_threads()
-    with log.open("w") as out, _redirect_fds(out.fileno()):
+    with log.open("w") as out, redirected_fds(out.fileno()):
         try:
             torch.set_num_threads(threads or default_threads)
             cli_main(args)
@@ -212,93 +214,9 @@ def in_process_runner(args: list[str], log: Path, threads: int | None) -> None:
             torch.set_num_threads(default_threads)
 
 
-@contextlib.contextmanager
-def _redirect_fds(target: int) -> Iterator[None]:
-    # At the descriptor level so that C extensions and already-built logging handlers follow.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    os.dup2(target, 1)
-    os.dup2(target, 2)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in saved:
-            os.close(fd)
-
-
 def terminal_console() -> Console:
-    """A console on a duplicate of stdout, so the progress bar survives `_redirect_fds`."""
+    """A console on a duplicate of stdout, so the progress bar survives `redirected_fds`."""
     return Console(file=os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1))
-
-
-@dataclass
-class RunSummary:
-    """What happened to each cell: run (with seconds), resumed, skipped (reason) or failed."""
-
-    ran: dict[str, float] = field(default_factory=dict)
-    resumed: list[str] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)
-
-
-def cell_args(
-    cell: Cell,
-    rows_csv: Path,
-    run_root: Path,
-    *,
-    wandb: bool = True,
-    suite: str = "",
-    recipe: str = "",
-) -> list[str]:
-    """The `circlebench fit|test` command line of one cell; its run folder goes under `run_root`.
-
-    Args:
-        suite: recorded in the run's W&B config, which dashboards filter by.
-        recipe: the cell's `Cell.recipe`, recorded in its row.
-    """
-    return [
-        cell.command,
-        "--config",
-        str(cell.config),
-        "--seed_everything",
-        str(cell.seed),
-        "--results_csv",
-        str(rows_csv),
-        "--cell_id",
-        cell.cell_id,
-        *(["--cell_recipe", recipe] if recipe else []),
-        *(["--suite", suite] if suite else []),
-        f"--trainer.default_root_dir={run_root}",
-        f"--wandb={str(wandb).lower()}",
-        *cell.overrides,
-        *_tuned_args(cell),
-    ]
-
-
-def _tuned_args(cell: Cell) -> list[str]:
-    """A tuned cell's setting, after every override (its values win), and the budget it was
-    tuned with, which its row records."""
-    tuned = cell.tuned_config
-    if tuned is None or cell.group.tuning is None:
-        return []
-    return ["--config", str(tuned), "--tuning", cell.group.tuning.describe()]
-
-
-@dataclass(frozen=True)
-class CellSettings:
-    """How every cell of one suite run is run and where it writes."""
-
-    rows_csv: Path
-    work_dir: Path
-    runner: CellRunner
-    wandb: bool = True
-    threads: int | None = None
-    suite: str = ""
 
 
 def run_cells(
@@ -315,26 +233,6 @@ def run_cells(
     return summary
 
 
-@contextlib.contextmanager
-def suite_lock(work_dir: Path) -> Iterator[None]:
-    """Hold `<work_dir>/leaderboard.lock` while a suite runs: a second command on the same suite
-    would train every cell twice and overwrite the first one's logs, so it is refused."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    with open(work_dir / "leaderboard.lock", "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            raise SystemExit(
-                f"another leaderboard command is running this suite ({lock.read().strip()}, "
-                f"lock {work_dir / 'leaderboard.lock'}); wait for it to finish or stop it"
-            ) from None
-        lock.truncate(0)
-        lock.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-        lock.flush()
-        yield
-
-
 def _run_unfinished(
     cells: list[Cell],
     settings: CellSettings,
@@ -344,38 +242,10 @@ def _run_unfinished(
     console: Console,
     jobs: int,
 ) -> None:
-    rows = read_results(settings.rows_csv)
-    # A row without a recipe predates them: it counts as done (nothing says otherwise).
-    made_by = rows["cell_recipe"] if "cell_recipe" in rows else [""] * len(rows)
-    recorded = dict(zip(rows["cell_id"], made_by, strict=True))
-    recipes = {cell.cell_id: cell.recipe(root, settings.threads) for cell in cells}
-    unavailable = {cell.cell_id: cell.unavailable(root) for cell in cells}
-    # Only rows that can be made again are removed: a cell whose data is absent keeps its row.
-    runnable = {cell_id for cell_id, why in unavailable.items() if why is None}
-    stale = {c for c, r in recorded.items() if r and c in runnable and r != recipes[c]}
-    if stale:
-        drop_rows(settings.rows_csv, stale)
-        console.print(
-            f"[yellow]stale[/] {len(stale)} row(s) made before their cell's suite entry or "
-            f"config changed, removed to run again: {', '.join(sorted(stale)[:5])}"
-            + (", ..." if len(stale) > 5 else "")
-        )
-    done = set(recorded) - stale
+    todo, recipes = unfinished_cells(cells, settings, summary, root=root, console=console)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
-        task = progress.add_task("cells", total=len(cells))
-        todo = []
-        for cell in cells:
-            why = unavailable[cell.cell_id]
-            if cell.cell_id in done:
-                summary.resumed.append(cell.cell_id)
-            elif why is not None:
-                summary.skipped[cell.experiment] = why
-                progress.console.print(f"[yellow]skip[/] {cell.cell_id}: {why}")
-            else:
-                todo.append(cell)
-                continue
-            progress.advance(task)
+        task = progress.add_task("cells", total=len(cells), completed=len(cells) - len(todo))
 
         def run(cell: Cell) -> None:
             progress.update(task, description=cell.cell_id)
@@ -396,7 +266,7 @@ def _run_unfinished(
 def _run_one(
     cell: Cell, recipe: str, settings: CellSettings, summary: RunSummary, console: Console
 ) -> None:
-    log = settings.work_dir / "logs" / f"{cell.cell_id.replace('/', '__')}.log"
+    log = cell_log(settings.work_dir, cell.cell_id)
     log.parent.mkdir(parents=True, exist_ok=True)
     runs = settings.work_dir / "runs"
     args = cell_args(
@@ -407,10 +277,10 @@ def _run_one(
         try:
             settings.runner(args, log, settings.threads)
         except StatusLostError as error:  # the row, written last, says whether the cell ran
-            if cell.cell_id not in set(read_results(settings.rows_csv)["cell_id"]):
+            if not has_row(settings.rows_csv, cell.cell_id):
                 raise
             console.print(f"[yellow]note[/] {cell.cell_id}: {error}, but its row was written")
-        if cell.cell_id not in set(read_results(settings.rows_csv)["cell_id"]):
+        if not has_row(settings.rows_csv, cell.cell_id):
             raise CellFailedError(f"{cell.command} ended but wrote no row to {settings.rows_csv}")
     except CellFailedError as error:
         summary.failed[cell.cell_id] = f"{error}; log: {log}"

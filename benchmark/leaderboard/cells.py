@@ -1,0 +1,185 @@
+"""What every launcher of a suite's cells shares: a cell's command line and log, which cells
+are unfinished (rows, recipes, stale rows, absent data), the suite lock, the run summary.
+
+The launchers (`runner`: local processes; `slurm_cells`: a Slurm job array) differ only in
+where a cell's command line runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from benchmark.leaderboard.suite import Cell
+from benchmark.training.results import drop_rows, read_results
+
+# (fit arguments, log file, CPU threads or None for torch's default) -> None;
+# raises CellFailedError.
+CellRunner = Callable[[list[str], Path, "int | None"], None]
+
+
+@dataclass
+class RunSummary:
+    """What happened to each cell: run (with seconds), resumed, skipped (reason) or failed."""
+
+    ran: dict[str, float] = field(default_factory=dict)
+    resumed: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    # The numerics fingerprint of the machines that ran the cells where they are not this one
+    # (Slurm nodes); None: this machine's.
+    numerics: str | None = None
+
+
+def cell_args(
+    cell: Cell,
+    rows_csv: Path,
+    run_root: Path,
+    *,
+    wandb: bool = True,
+    suite: str = "",
+    recipe: str = "",
+) -> list[str]:
+    """The `circlebench fit|test` command line of one cell; its run folder goes under `run_root`.
+
+    Args:
+        suite: recorded in the run's W&B config, which dashboards filter by.
+        recipe: the cell's `Cell.recipe`, recorded in its row.
+    """
+    return [
+        cell.command,
+        "--config",
+        str(cell.config),
+        "--seed_everything",
+        str(cell.seed),
+        "--results_csv",
+        str(rows_csv),
+        "--cell_id",
+        cell.cell_id,
+        *(["--cell_recipe", recipe] if recipe else []),
+        *(["--suite", suite] if suite else []),
+        f"--trainer.default_root_dir={run_root}",
+        f"--wandb={str(wandb).lower()}",
+        *cell.overrides,
+        *_tuned_args(cell),
+    ]
+
+
+def _tuned_args(cell: Cell) -> list[str]:
+    """A tuned cell's setting, after every override (its values win), and the budget it was
+    tuned with, which its row records."""
+    tuned = cell.tuned_config
+    if tuned is None or cell.group.tuning is None:
+        return []
+    return ["--config", str(tuned), "--tuning", cell.group.tuning.describe()]
+
+
+@dataclass(frozen=True)
+class CellSettings:
+    """How every cell of one suite run is run and where it writes."""
+
+    rows_csv: Path
+    work_dir: Path
+    runner: CellRunner
+    wandb: bool = True
+    threads: int | None = None
+    suite: str = ""
+
+
+@contextlib.contextmanager
+def suite_lock(work_dir: Path) -> Iterator[None]:
+    """Hold `<work_dir>/leaderboard.lock` while a suite runs: a second command on the same suite
+    would train every cell twice and overwrite the first one's logs, so it is refused."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with open(work_dir / "leaderboard.lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            raise SystemExit(
+                f"another leaderboard command is running this suite ({lock.read().strip()}, "
+                f"lock {work_dir / 'leaderboard.lock'}); wait for it to finish or stop it"
+            ) from None
+        lock.truncate(0)
+        lock.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        lock.flush()
+        yield
+
+
+def unfinished_cells(
+    cells: list[Cell], settings: CellSettings, summary: RunSummary, *, root: Path, console: Console
+) -> tuple[list[Cell], dict[str, str]]:
+    """The cells to run now, and every cell's recipe, for any launcher.
+
+    Rows made by another recipe of a cell that can run are removed (stale); cells with a row
+    are recorded as resumed and cells that cannot run (`Cell.unavailable`) as skipped, in
+    `summary`.
+    """
+    rows = read_results(settings.rows_csv)
+    # A row without a recipe predates them: it counts as done (nothing says otherwise).
+    made_by = rows["cell_recipe"] if "cell_recipe" in rows else [""] * len(rows)
+    recorded = dict(zip(rows["cell_id"], made_by, strict=True))
+    recipes = {cell.cell_id: cell.recipe(root, settings.threads) for cell in cells}
+    unavailable = {cell.cell_id: cell.unavailable(root) for cell in cells}
+    # Only rows that can be made again are removed: a cell whose data is absent keeps its row.
+    runnable = {cell_id for cell_id, why in unavailable.items() if why is None}
+    stale = {c for c, r in recorded.items() if r and c in runnable and r != recipes[c]}
+    if stale:
+        drop_rows(settings.rows_csv, stale)
+        console.print(
+            f"[yellow]stale[/] {len(stale)} row(s) made before their cell's suite entry or "
+            f"config changed, removed to run again: {', '.join(sorted(stale)[:5])}"
+            + (", ..." if len(stale) > 5 else "")
+        )
+    done = set(recorded) - stale
+    todo = []
+    for cell in cells:
+        why = unavailable[cell.cell_id]
+        if cell.cell_id in done:
+            summary.resumed.append(cell.cell_id)
+        elif why is not None:
+            summary.skipped[cell.experiment] = why
+            console.print(f"[yellow]skip[/] {cell.cell_id}: {why}")
+        else:
+            todo.append(cell)
+    return todo, recipes
+
+
+def has_row(rows_csv: Path, cell_id: str) -> bool:
+    """Whether the rows CSV holds a row of `cell_id`."""
+    return cell_id in set(read_results(rows_csv)["cell_id"])
+
+
+def cell_log(work_dir: Path, cell_id: str) -> Path:
+    """Where a cell's output goes: `<work_dir>/logs/<cell id with / as __>.log`."""
+    return work_dir / "logs" / f"{cell_id.replace('/', '__')}.log"
+
+
+@contextlib.contextmanager
+def redirected_fds(target: int) -> Iterator[None]:
+    """Send this process's stdout and stderr to the open file descriptor `target` meanwhile.
+
+    At the descriptor level, so that C extensions and already-built logging handlers follow.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    os.dup2(target, 1)
+    os.dup2(target, 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
