@@ -60,8 +60,13 @@ def wandb_server_reachable(timeout_s: float = PROBE_TIMEOUT_S) -> bool:
 
 
 def run_version() -> str:
-    """A folder name unique across concurrent runs: UTC time and process id."""
-    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{os.getpid()}"
+    """A folder name unique across concurrent runs: UTC time and process id, and in a Slurm
+    job its id (unique on the cluster: cells on two nodes may start in the same second with
+    the same process id)."""
+    job = os.environ.get("SLURM_JOB_ID")
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{os.getpid()}" + (
+        f"-j{job}" if job else ""
+    )
 
 
 DEFAULT_TRACK = "end-to-end"  # the only training track so far: the whole network is trained
