@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from rich.console import Console
 
@@ -24,6 +25,15 @@ from benchmark.training.results import drop_rows, read_results
 # (fit arguments, log file, CPU threads or None for torch's default) -> None;
 # raises CellFailedError.
 CellRunner = Callable[[list[str], Path, "int | None"], None]
+
+
+class Launcher(Protocol):
+    """Runs a suite's unfinished cells somewhere (`runner.run_cells` here, with its `jobs`;
+    `slurm_cells.run_cells_on_slurm` on a cluster) and says what became of each."""
+
+    def __call__(
+        self, cells: list[Cell], settings: CellSettings, *, root: Path, console: Console
+    ) -> RunSummary: ...
 
 
 @dataclass

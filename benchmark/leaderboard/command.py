@@ -10,6 +10,7 @@ leaderboard with `R/O/leaderboard.csv`.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import tempfile
@@ -21,7 +22,7 @@ from rich.console import Console
 
 from benchmark.leaderboard import numerics
 from benchmark.leaderboard.aggregate import aggregate_rows, read_leaderboard, write_csv
-from benchmark.leaderboard.cells import CellRunner, CellSettings, RunSummary
+from benchmark.leaderboard.cells import CellRunner, CellSettings, Launcher, RunSummary
 from benchmark.leaderboard.check import compare
 from benchmark.leaderboard.markdown import (
     leaderboard_markdown,
@@ -38,6 +39,8 @@ from benchmark.leaderboard.runner import (
     subprocess_runner,
     terminal_console,
 )
+from benchmark.leaderboard.slurm_cells import print_status
+from benchmark.leaderboard.slurm_options import add_slurm_arguments, slurm_launcher
 from benchmark.leaderboard.suite import Suite, load_suite
 from benchmark.training.atomic import write_text
 from benchmark.training.results import read_results
@@ -92,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="each cell in a process forked from a server that imported the training code once "
         "(default where the platform can fork), in a fresh interpreter, or in this one",
     )
+    add_slurm_arguments(parser)
     return parser
 
 
@@ -107,12 +111,18 @@ def main(argv: list[str] | None = None) -> None:
         suite = load_suite(args.suite, Path("."), args.seeds)
     except (KeyError, ValueError, FileNotFoundError) as error:
         parser.error(str(error.args[0]))
+    launcher = slurm_launcher(args, suite, parser)  # None: the local one
     if args.jobs is None:
         args.jobs = default_jobs(suite.threads) if args.isolation != "in-process" else 1
     console = terminal_console()
     runner = RUNNERS[args.isolation]
+    if args.status:
+        work = args.results_dir / "suites" / suite.name
+        settings = CellSettings(work / "rows.csv", work, runner, threads=suite.threads)
+        print_status(suite.cells(), settings, root=Path("."), console=console)
+        return
     if args.check:
-        check(suite, args.results_dir, args.tolerance, runner, console, args.jobs)
+        check(suite, args.results_dir, args.tolerance, runner, console, args.jobs, launcher)
         return
     board, summary = build(
         suite,
@@ -122,6 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         run=not args.aggregate_only,
         wandb=not args.no_wandb,
         jobs=args.jobs,
+        launcher=launcher,
     )
     if not args.no_wandb:
         log_wandb_table(board, suite, args.results_dir / "suites" / suite.name, console)
@@ -143,12 +154,14 @@ def build(
     run: bool = True,
     wandb: bool = True,
     jobs: int = 1,
+    launcher: Launcher | None = None,
 ) -> tuple[pd.DataFrame, RunSummary]:
     """Run the suite's unfinished cells (unless `run` is False) and write its leaderboard files.
 
     Args:
         wandb: whether the cells log to W&B (offline unless configured).
-        jobs: how many cells run at once.
+        jobs: how many cells run at once on this machine.
+        launcher: where the cells run; None: here, with `runner`, `jobs` at a time.
     """
     work = results_dir / "suites" / suite.name
     rows_csv = work / "rows.csv"
@@ -157,7 +170,8 @@ def build(
         settings = CellSettings(
             rows_csv, work, runner, wandb=wandb, threads=suite.threads, suite=suite.name
         )
-        summary = run_cells(suite.cells(), settings, root=Path("."), console=console, jobs=jobs)
+        launch = launcher or functools.partial(run_cells, jobs=jobs)
+        summary = launch(suite.cells(), settings, root=Path("."), console=console)
     rows = read_results(rows_csv)
     rows = rows[rows["cell_id"].isin({cell.cell_id for cell in suite.cells()})]
     out = results_dir / suite.output
@@ -173,7 +187,7 @@ def build(
     board.insert(2, "requires", board["group"].map(requires))
     write_csv(board, out / "leaderboard.csv")
     if summary.ran:  # the machine that trained; aggregating elsewhere keeps the stored fingerprint
-        numerics.write(out, numerics.fingerprint())
+        numerics.write(out, summary.numerics or numerics.fingerprint())
     paper_csv = results_dir / "paper_reference.csv"
     paper = read_paper_reference(paper_csv) if paper_csv.is_file() else pd.DataFrame()
     studies = suite_studies(suite)
@@ -223,11 +237,13 @@ def check(
     runner: CellRunner,
     console: Console,
     jobs: int = 1,
+    launcher: Launcher | None = None,
 ) -> None:
     """Regenerate the suite in a temporary folder and compare with the committed leaderboard.
 
     With the suite's `check_seeds`, only those seeds' cells are rerun, and they are compared with
-    the committed rows of the same cells, aggregated the same way.
+    the committed rows of the same cells, aggregated the same way. With a `launcher` (Slurm),
+    the temporary folder is made in `results_dir`, which its jobs can reach.
     """
     committed_csv = results_dir / suite.output / "leaderboard.csv"
     if not committed_csv.is_file():
@@ -236,15 +252,19 @@ def check(
             f"`circlebench leaderboard --suite {suite.name}` and commit its files first"
         )
     checked = suite.restricted_to(suite.check_seeds) if suite.check_seeds else suite
-    scratch = Path(tempfile.mkdtemp(prefix=f"circlebench-check-{suite.name}-"))
+    shared = results_dir if launcher is not None else None
+    scratch = Path(tempfile.mkdtemp(prefix=f"circlebench-check-{suite.name}-", dir=shared))
     if checked is not suite:
         committed_csv = _committed_subset(checked, results_dir, scratch / "committed", console)
         console.print(f"--check: rerunning the cells of seeds {list(checked.seeds)} only")
-    _, summary = build(checked, scratch, runner, console, wandb=False, jobs=jobs)  # logs nothing
+    _, summary = build(
+        checked, scratch, runner, console, wandb=False, jobs=jobs, launcher=launcher
+    )  # logs nothing to W&B
     fresh_csv = scratch / suite.output / "leaderboard.csv"
     committed = read_leaderboard(committed_csv)
     fresh = read_leaderboard(fresh_csv) if fresh_csv.is_file() else committed[:0]
-    made_with, here = numerics.read(results_dir / suite.output), numerics.fingerprint()
+    made_with = numerics.read(results_dir / suite.output)
+    here = summary.numerics or numerics.fingerprint()  # of the machines that reran the cells
     same_machine = made_with == here
     report = compare(
         committed, fresh, tolerance=tolerance, skipped=summary.skipped, same_numerics=same_machine

@@ -1,0 +1,239 @@
+"""Slurm through submitit: what each array task asks for, the job script, submitting an array of
+tasks, and the jobs' states from Slurm's accounting (`sacct`).
+
+Generic over what a task runs (`slurm_tasks`): a leaderboard cell, or any picklable callable
+such as a tuning worker (`submit_copies`). One array task is one Slurm job of
+`nodes × tasks_per_node` Slurm tasks, each running the same callable: one Lightning process per
+GPU, which `pytorch_lightning` ranks through its `SLURMEnvironment` (a cell on several GPUs or
+nodes stays Lightning's job). The jobs run in the submitting directory, with the submitting
+interpreter and this checkout first on `PYTHONPATH`, so the file system must be shared.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import submitit
+from submitit.core.utils import FailedJobError
+from submitit.slurm.slurm import SlurmInfoWatcher, _make_sbatch_string
+
+from benchmark.leaderboard.slurm_tasks import CallTask, SlurmTask
+
+CODE_ROOT = Path(__file__).resolve().parents[2]  # the checkout the jobs import
+# Requeues after Slurm's signal before the time limit: a cell longer than the partition's time
+# limit goes on from its last epoch's checkpoint up to this many times (submitit's countdown).
+MAX_TIME_LIMIT_REQUEUES = 3
+# sacct states of a job that may still run (Slurm's job state codes); any other state is final.
+ACTIVE_STATES = frozenset(
+    {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
+    | {"COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "STOPPED"}
+)
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """What each array task (one cell, one tuning worker) asks Slurm for.
+
+    Args:
+        gpus: GPUs per node of one task; 0 runs it on CPUs. Each GPU gets one Slurm task (one
+            Lightning process), so `ntasks-per-node` is `gpus` (1 on CPUs).
+        nodes: nodes per array task (Lightning's `num_nodes`); more than 1 needs GPUs.
+        cpus: CPUs per Slurm task (`cpus-per-task`): threads plus data loader workers.
+        time_min: time limit of one attempt, in minutes.
+        max_parallel: array tasks running at once (the array's `%N` throttle); None: no limit.
+        extra: more `#SBATCH --KEY=VALUE` lines (`account`, `qos`, `mem`, `constraint`, ...);
+            the value True writes a bare `--KEY`.
+    """
+
+    partition: str | None = None
+    gpus: int = 0
+    nodes: int = 1
+    cpus: int = 1
+    time_min: int = 240
+    max_parallel: int | None = None
+    extra: dict[str, str | bool] = field(default_factory=dict)
+    name: str = "circlebench"
+
+    def __post_init__(self) -> None:
+        limits: list[tuple[str, int | None, int]] = [("gpus", self.gpus, 0)]
+        limits += [("nodes", self.nodes, 1), ("cpus", self.cpus, 1)]
+        limits += [("time_min", self.time_min, 1), ("max_parallel", self.max_parallel, 1)]
+        for what, value, least in limits:
+            if value is not None and value < least:
+                raise ValueError(f"Slurm {what} must be at least {least}, got {value}")
+        if self.nodes > 1 and self.gpus == 0:
+            raise ValueError(
+                f"a task on {self.nodes} nodes trains with DDP, one process per GPU: give it "
+                "GPUs (--gpus-per-cell) or run it on one node"
+            )
+
+    @property
+    def tasks_per_node(self) -> int:
+        """Slurm tasks per node: one Lightning process per GPU, one on CPUs."""
+        return max(1, self.gpus)
+
+    def trainer_args(self) -> list[str]:
+        """The `--trainer.*` options that make Lightning use what the job asks Slurm for; none
+        on CPUs, where the configs' own single device is what one Slurm task has."""
+        if self.gpus == 0:
+            return []
+        return ["--trainer.accelerator=gpu", f"--trainer.devices={self.gpus}",
+                f"--trainer.num_nodes={self.nodes}"]  # fmt: skip
+
+    def parameters(self, workdir: Path, threads: int | None) -> dict[str, Any]:
+        """submitit's `SlurmExecutor.update_parameters` arguments for these options."""
+        setup = [f"export PYTHONPATH={shlex.quote(str(CODE_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}"]
+        if threads is not None:  # read by torch's OpenMP and MKL pools when they start
+            setup.append(f"export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}")
+        parameters: dict[str, Any] = {
+            "job_name": self.name,
+            "time": self.time_min,
+            "nodes": self.nodes,
+            "ntasks_per_node": self.tasks_per_node,
+            "cpus_per_task": self.cpus,
+            "setup": setup,
+            # Preemption and node failures requeue the job (it resumes), whatever the default.
+            "additional_parameters": {
+                "chdir": str(workdir.resolve()),
+                "requeue": True,
+                **self.extra,
+            },
+        }
+        if self.partition:
+            parameters["partition"] = self.partition
+        if self.gpus:
+            parameters["gpus_per_node"] = self.gpus
+        if self.max_parallel is not None:
+            parameters["array_parallelism"] = self.max_parallel
+        return parameters
+
+
+def job_script(options: SlurmOptions, folder: Path, count: int, threads: int | None) -> str:
+    """The sbatch script of an array of `count` tasks, as `submit_array` hands it to Slurm."""
+    parameters = options.parameters(Path("."), threads)
+    command = "python -u -m submitit.core._submit " + shlex.quote(str(folder / "%j"))
+    return _make_sbatch_string(command=command, folder=folder / "%j", map_count=count, **parameters)
+
+
+def submit_array(
+    tasks: Sequence[SlurmTask], folder: Path, options: SlurmOptions, threads: int | None
+) -> list[str]:
+    """Submit `tasks` as one job array (one task per array index); their job ids, in order.
+
+    submitit keeps each task's pickle, result and Slurm output under `folder/<job id>/`.
+    """
+    try:
+        executor = submitit.SlurmExecutor(
+            folder=folder / "%j", max_num_timeout=MAX_TIME_LIMIT_REQUEUES
+        )
+    except RuntimeError as error:  # submitit's "Could not detect srun"
+        raise SystemExit(
+            f"--launcher slurm: {error}: run the command on a machine of the Slurm cluster "
+            "(a login node), or leave out --launcher slurm to run the cells here"
+        ) from error
+    executor.update_parameters(**options.parameters(Path.cwd(), threads))
+    try:
+        with executor.batch():
+            jobs = [executor.submit(task) for task in tasks]
+    except FailedJobError as error:
+        raise SystemExit(
+            f"sbatch refused the job array: {error}; check --partition, --time and the "
+            "--slurm-option values against `sinfo` and your cluster's documentation"
+        ) from error
+    return [job.job_id for job in jobs]
+
+
+def submit_copies(
+    function: Callable[[], object],
+    copies: int,
+    folder: Path,
+    logs: Path,
+    options: SlurmOptions,
+    threads: int | None = None,
+) -> list[str]:
+    """Run `copies` copies of `function` as one job array (tuning workers sharing one Optuna
+    journal file on the shared file system); their job ids. Copy `i` logs to `logs/<i>.log`.
+
+    A command line is `functools.partial(main, argv)`. `function` must be picklable and must
+    itself be safe to run twice at once and to restart (Slurm requeues a preempted job).
+    """
+    tasks = [CallTask(function, logs / f"{i}.log", threads) for i in range(copies)]
+    return submit_array(tasks, folder, options, threads)
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What Slurm's accounting says of one array task."""
+
+    job_id: str
+    state: str  # sacct's State, first word: COMPLETED, CANCELLED, TIMEOUT, NODE_FAIL, ...
+    node: str = ""
+    exit_code: str = ""  # sacct's ExitCode, "status:signal"
+
+    @property
+    def active(self) -> bool:
+        """Whether the job may still run (pending, running, requeued, ...)."""
+        return self.state in ACTIVE_STATES
+
+    def describe(self) -> str:
+        """`CANCELLED (job 7_1 on node3, exit 0:15)`, for messages."""
+        where = f" on {self.node}" if self.node and self.node != "None assigned" else ""
+        code = f", exit {self.exit_code}" if self.exit_code else ""
+        return f"{self.state} (job {self.job_id}{where}{code})"
+
+
+def job_states(job_ids: Iterable[str]) -> dict[str, JobState]:
+    """The state of each of `job_ids` (`<array>_<index>` or plain ids): from `sacct`, else, for
+    a job accounting has not recorded yet (just submitted on a busy cluster), from `squeue`,
+    else `UNKNOWN` (a job neither knows any more)."""
+    ids = list(job_ids)
+    if not ids:
+        return {}
+    arrays = ",".join(sorted({job_id.split("_")[0] for job_id in ids}))
+    command = ["sacct", "--parsable2", "--format=JobID,State,NodeList,ExitCode", f"--jobs={arrays}"]
+    try:
+        output = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+    except FileNotFoundError as error:
+        raise SystemExit(
+            "sacct not found: the Slurm launcher reads job states from Slurm's accounting; run "
+            "it on a machine of the cluster"
+        ) from error
+    except subprocess.CalledProcessError as error:
+        raise SystemExit(
+            f"sacct failed ({error.stderr.strip()}): the Slurm launcher needs Slurm's job "
+            "accounting (slurmdbd) to learn how jobs ended; ask your cluster's administrators"
+        ) from error
+    known = _read_states(output.stdout)
+    if any(job_id not in known for job_id in ids):
+        command = ["squeue", "--noheader", "--format=%i|%T|%N", f"--jobs={arrays}"]
+        queued = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        # squeue fails on ids it no longer knows: then it has nothing to add
+        queue = queued.stdout if queued.returncode == 0 else ""
+        known = _read_states("JobID|State|NodeList\n" + queue) | known
+    return {job_id: known.get(job_id, JobState(job_id, "UNKNOWN")) for job_id in ids}
+
+
+def _read_states(table: str) -> dict[str, JobState]:
+    """`JobState`s from `|`-separated columns under a header (sacct's or squeue's)."""
+    info = SlurmInfoWatcher().read_info(table)  # expands pending ranges like 7_[2-9%2]
+    return {
+        job_id: JobState(
+            job_id,
+            (stats.get("State") or "UNKNOWN").split()[0],  # "CANCELLED by 0"
+            stats.get("NodeList", ""),
+            stats.get("ExitCode", ""),
+        )
+        for job_id, stats in info.items()
+    }
+
+
+def cancel(job_ids: Iterable[str]) -> None:
+    """`scancel` these jobs (array tasks)."""
+    ids = list(job_ids)
+    if ids:
+        subprocess.run(["scancel", *ids], capture_output=True, timeout=120, check=False)

@@ -1,0 +1,235 @@
+"""The Slurm launcher: a suite's unfinished cells as one job array, waited for and reported.
+
+`circlebench leaderboard --suite S --launcher slurm` submits every cell without a row as one
+task of one array (`slurm.submit_array`), records each cell's job in
+`<work>/slurm/jobs.json`, then polls `sacct` until every job has ended: a cell is done when its
+row is in the rows CSV (written by the job under the rows file's lock), else it failed, and is
+reported with its Slurm state and log. The jobs do not depend on this process: if it is killed,
+they go on and write their rows, and the next command (or `--status`) finds them in
+`jobs.json` and waits for those still pending or running instead of submitting them again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from submitit import SlurmJob
+from submitit.core.utils import pickle_load
+
+from benchmark.leaderboard.cells import (
+    CellSettings,
+    RunSummary,
+    cell_args,
+    cell_log,
+    has_row,
+    suite_lock,
+    unfinished_cells,
+)
+from benchmark.leaderboard.slurm import SlurmOptions, cancel, job_states, submit_array
+from benchmark.leaderboard.slurm_tasks import CellTask
+from benchmark.leaderboard.suite import Cell
+from benchmark.training.atomic import write_text
+from benchmark.training.results import read_results
+
+POLL_S = 10.0  # between two sacct calls while waiting; one call covers every job
+LOG_TAIL = 15  # lines of a failed cell's log shown in the terminal
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A cell's latest job: its id (`<array>_<index>`) and the cell's recipe then."""
+
+    job: str
+    recipe: str
+
+
+def ledger_path(work_dir: Path) -> Path:
+    return work_dir / "slurm" / "jobs.json"
+
+
+def read_ledger(work_dir: Path) -> dict[str, Submitted]:
+    """Each cell's latest job, by cell id (none before the first Slurm run)."""
+    path = ledger_path(work_dir)
+    entries = json.loads(path.read_text()) if path.is_file() else {}
+    return {cell: Submitted(**entry) for cell, entry in entries.items()}
+
+
+def _write_ledger(work_dir: Path, ledger: dict[str, Submitted]) -> None:
+    entries = {cell: asdict(entry) for cell, entry in sorted(ledger.items())}
+    write_text(ledger_path(work_dir), json.dumps(entries, indent=1) + "\n")
+
+
+def run_cells_on_slurm(
+    cells: list[Cell],
+    settings: CellSettings,
+    options: SlurmOptions,
+    *,
+    root: Path,
+    console: Console,
+) -> RunSummary:
+    """Submit the unfinished cells not already pending or running as one array, wait for all
+    of them, and say what became of each (`RunSummary`, with the nodes' numerics fingerprint).
+    """
+    summary = RunSummary()
+    work = settings.work_dir
+    with suite_lock(work):
+        todo, recipes = unfinished_cells(cells, settings, summary, root=root, console=console)
+        ledger = read_ledger(work)
+        states = job_states(ledger[c.cell_id].job for c in todo if c.cell_id in ledger)
+        waiting, submit, outdated = {}, [], []
+        for cell in todo:
+            entry = ledger.get(cell.cell_id)
+            state = states.get(entry.job) if entry else None
+            if entry and state is not None and state.active:
+                if entry.recipe == recipes[cell.cell_id]:
+                    waiting[cell.cell_id] = entry.job
+                    line = f"[cyan]waiting[/] {cell.cell_id}: {state.describe()}"
+                    console.print(line, soft_wrap=True)
+                    continue
+                outdated.append(entry.job)  # its row would be stale: it is not waited for
+            elif entry and state is not None:
+                console.print(
+                    f"[yellow]again[/] {cell.cell_id}: last job {state.describe()}", soft_wrap=True
+                )
+            submit.append(cell)
+        if outdated:
+            cancel(outdated)
+            console.print(f"cancelled {len(outdated)} job(s) of cells whose recipe changed")
+        if submit:
+            jobs = _submit(submit, recipes, settings, options)
+            for cell, job in zip(submit, jobs, strict=True):
+                ledger[cell.cell_id] = Submitted(job, recipes[cell.cell_id])
+                waiting[cell.cell_id] = job
+            _write_ledger(work, ledger)
+            array = jobs[0].split("_")[0]
+            console.print(f"submitted {len(submit)} cell(s) as Slurm job array {array}")
+        _wait(waiting, len(cells), settings, summary, console)
+    return summary
+
+
+def _submit(
+    cells: list[Cell], recipes: dict[str, str], settings: CellSettings, options: SlurmOptions
+) -> list[str]:
+    runs = settings.work_dir / "runs"
+    tasks = [
+        CellTask(
+            cell_args(
+                cell,
+                settings.rows_csv,
+                runs,
+                wandb=settings.wandb,
+                suite=settings.suite,
+                recipe=recipes[cell.cell_id],
+            )
+            + options.trainer_args(),
+            cell_log(settings.work_dir, cell.cell_id),
+            settings.threads,
+            cell_id=cell.cell_id,
+            recipe=recipes[cell.cell_id],
+            rows_csv=settings.rows_csv,
+            run_root=runs,
+        )
+        for cell in cells
+    ]
+    return submit_array(tasks, settings.work_dir / "slurm", options, settings.threads)
+
+
+def _wait(
+    jobs: dict[str, str], total: int, settings: CellSettings, summary: RunSummary, console: Console
+) -> None:
+    """Poll the jobs (cell id -> job id) until each has ended; record done or failed."""
+    if not jobs:
+        return
+    fingerprints: set[str] = set()
+    remaining = dict(jobs)
+    start = time.monotonic()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    try:
+        with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
+            bar = progress.add_task("cells", total=total, completed=total - len(jobs))
+            while remaining:
+                states = job_states(remaining.values())
+                for cell_id, job in list(remaining.items()):
+                    state = states.get(job)
+                    if state is None or state.active:
+                        continue
+                    del remaining[cell_id]
+                    progress.advance(bar)
+                    log = cell_log(settings.work_dir, cell_id)
+                    if has_row(settings.rows_csv, cell_id):
+                        summary.ran[cell_id] = time.monotonic() - start
+                        fingerprints |= _fingerprint(settings.work_dir / "slurm", job)
+                        progress.console.print(
+                            f"[green]done[/] {cell_id} ({state.describe()})", soft_wrap=True
+                        )
+                        continue
+                    why = state.describe() + ("" if state.state != "COMPLETED" else ", no row")
+                    summary.failed[cell_id] = f"{why}; log: {log}"
+                    _print_failure(progress.console, cell_id, why, log)
+                running = sum(s.state == "RUNNING" for s in states.values())
+                progress.update(bar, description=f"cells ({running} running)")
+                if remaining:
+                    time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        console.print(
+            f"stopped waiting: {len(remaining)} cell(s) go on in Slurm and will write their "
+            "rows; run the same command again (or add --status) to pick them up",
+            soft_wrap=True,
+        )
+        raise
+    if fingerprints:  # several nodes with different kernels: a mix no single machine has
+        summary.numerics = "+".join(sorted(fingerprints))
+
+
+def _fingerprint(folder: Path, job_id: str) -> set[str]:
+    """The numerics fingerprint the job's task returned, from submitit's result file."""
+    result = SlurmJob(folder=folder / "%j", job_id=job_id, tasks=[0]).paths.result_pickle
+    if not result.is_file():
+        return set()
+    outcome, value = pickle_load(result)
+    return {value} if outcome == "success" and isinstance(value, str) else set()
+
+
+def _print_failure(console: Console, cell_id: str, why: str, log: Path) -> None:
+    tail = log.read_text(errors="replace").splitlines()[-LOG_TAIL:] if log.is_file() else []
+    console.print(f"[red]FAIL[/] {cell_id}: {why}; log: {log}", soft_wrap=True)
+    console.print("\n".join(f"    {line}" for line in tail), markup=False, highlight=False)
+
+
+def print_status(
+    cells: list[Cell], settings: CellSettings, *, root: Path, console: Console
+) -> None:
+    """Where each cell stands, from the rows, `jobs.json` and `sacct`; runs nothing."""
+    rows = read_results(settings.rows_csv)
+    made = dict(zip(rows["cell_id"], rows.get("cell_recipe", [""] * len(rows)), strict=True))
+    ledger = read_ledger(settings.work_dir)
+    states = job_states(ledger[c.cell_id].job for c in cells if c.cell_id in ledger)
+    counts: dict[str, int] = {}
+    for cell in cells:
+        recipe = cell.recipe(root, settings.threads)
+        entry = ledger.get(cell.cell_id)
+        state = states.get(entry.job) if entry else None
+        missing = cell.group.missing_data(root)
+        detail = ""
+        if cell.cell_id in made and made[cell.cell_id] in ("", recipe):
+            what = "done"
+        elif missing is not None:
+            what, detail = "skipped", f"{missing} is absent"
+        elif state is not None and entry is not None and entry.recipe == recipe:
+            what = state.state
+            detail = state.describe()
+            if not state.active:
+                detail += f"; log: {cell_log(settings.work_dir, cell.cell_id)}"
+        else:
+            what = "stale" if cell.cell_id in made else "to run"
+            detail = "its row was made by another recipe" if what == "stale" else ""
+        counts[what] = counts.get(what, 0) + 1
+        if what != "done":
+            line = f"{what:<10} {cell.cell_id}  {detail}"
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+    console.print(", ".join(f"{n} {what}" for what, n in counts.items()))
