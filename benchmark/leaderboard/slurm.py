@@ -2,7 +2,7 @@
 tasks, and the jobs' states from Slurm's accounting (`sacct`).
 
 Generic over what a task runs (`slurm_tasks`): a leaderboard cell, or any picklable callable
-such as a tuning worker (`submit_copies`). One array task is one Slurm job of
+such as a tuning worker (`submit_copies`, then `wait_for_jobs`). One array task is one Slurm job of
 `nodes × tasks_per_node` Slurm tasks, each running the same callable: one Lightning process per
 GPU, which `pytorch_lightning` ranks through its `SLURMEnvironment` (a cell on several GPUs or
 nodes stays Lightning's job). The jobs run in the submitting directory, with the submitting
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +46,8 @@ class SlurmOptions:
         nodes: nodes per array task (Lightning's `num_nodes`); more than 1 needs GPUs.
         cpus: CPUs per Slurm task (`cpus-per-task`): threads plus data loader workers.
         time_min: time limit of one attempt, in minutes.
-        max_parallel: array tasks running at once (the array's `%N` throttle); None: no limit.
+        max_parallel: array tasks running at once (the array's `%N` throttle); None: 256,
+            submitit's default.
         extra: more `#SBATCH --KEY=VALUE` lines (`account`, `qos`, `mem`, `constraint`, ...);
             the value True writes a bare `--KEY`.
     """
@@ -174,6 +176,7 @@ class JobState:
     state: str  # sacct's State, first word: COMPLETED, CANCELLED, TIMEOUT, NODE_FAIL, ...
     node: str = ""
     exit_code: str = ""  # sacct's ExitCode, "status:signal"
+    elapsed_s: float = 0.0  # run time of its latest attempt (sacct's Elapsed)
 
     @property
     def active(self) -> bool:
@@ -195,7 +198,8 @@ def job_states(job_ids: Iterable[str]) -> dict[str, JobState]:
     if not ids:
         return {}
     arrays = ",".join(sorted({job_id.split("_")[0] for job_id in ids}))
-    command = ["sacct", "--parsable2", "--format=JobID,State,NodeList,ExitCode", f"--jobs={arrays}"]
+    command = ["sacct", "--parsable2", "--format=JobID,State,NodeList,ExitCode,Elapsed"]
+    command += [f"--jobs={arrays}"]
     try:
         output = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
     except FileNotFoundError as error:
@@ -227,9 +231,27 @@ def _read_states(table: str) -> dict[str, JobState]:
             (stats.get("State") or "UNKNOWN").split()[0],  # "CANCELLED by 0"
             stats.get("NodeList", ""),
             stats.get("ExitCode", ""),
+            _seconds(stats.get("Elapsed", "")),
         )
         for job_id, stats in info.items()
     }
+
+
+def _seconds(elapsed: str) -> float:
+    """Seconds of sacct's `[D-][HH:]MM:SS` (0 for an empty field)."""
+    days, _, clock = elapsed.rpartition("-")
+    parts = [float(part) for part in clock.split(":") if part]
+    return sum(part * 60**i for i, part in enumerate(reversed(parts))) + 86400 * float(days or 0)
+
+
+def wait_for_jobs(job_ids: Sequence[str], poll_s: float = 10.0) -> dict[str, JobState]:
+    """Poll `job_states` every `poll_s` seconds until none of `job_ids` may still run; their
+    final states (`COMPLETED`, `FAILED`, `CANCELLED`, ...)."""
+    while True:
+        states = job_states(job_ids)
+        if not any(state.active for state in states.values()):
+            return states
+        time.sleep(poll_s)
 
 
 def cancel(job_ids: Iterable[str]) -> None:

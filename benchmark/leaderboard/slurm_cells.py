@@ -147,7 +147,6 @@ def _wait(
         return
     fingerprints: set[str] = set()
     remaining = dict(jobs)
-    start = time.monotonic()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     try:
         with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
@@ -162,11 +161,11 @@ def _wait(
                     progress.advance(bar)
                     log = cell_log(settings.work_dir, cell_id)
                     if has_row(settings.rows_csv, cell_id):
-                        summary.ran[cell_id] = time.monotonic() - start
+                        summary.ran[cell_id] = state.elapsed_s
                         fingerprints |= _fingerprint(settings.work_dir / "slurm", job)
-                        progress.console.print(
-                            f"[green]done[/] {cell_id} ({state.describe()})", soft_wrap=True
-                        )
+                        line = f"[green]done[/] {cell_id} in {state.elapsed_s:.0f} s"
+                        line += f" ({state.describe()})"
+                        progress.console.print(line, soft_wrap=True)
                         continue
                     why = state.describe() + ("" if state.state != "COMPLETED" else ", no row")
                     summary.failed[cell_id] = f"{why}; log: {log}"

@@ -63,7 +63,7 @@ def add_slurm_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-parallel",
         type=int,
         metavar="N",
-        help="cells running at once (the job array's throttle; default: no limit)",
+        help="cells running at once (the job array's throttle; default 256, submitit's)",
     )
     slurm.add_argument(
         "--slurm-option",
@@ -89,6 +89,16 @@ def slurm_launcher(
             "--jobs sets how many cells run at once on this machine; with --launcher slurm "
             "use --max-parallel"
         )
+    options = slurm_options(args, parser, name=f"circlebench-{suite.name}", threads=suite.threads)
+    return functools.partial(run_cells_on_slurm, options=options)
+
+
+def slurm_options(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, *, name: str, threads: int | None
+) -> SlurmOptions:
+    """The request that the Slurm options of `add_slurm_arguments` ask for each task (a cell,
+    a tuning worker) of a job array named `name` whose tasks use `threads` CPU threads; a usage
+    error (`parser.error`) for values Slurm cannot run."""
     extra: dict[str, str | bool] = {}
     for option in args.slurm_option:
         key, equals, value = option.partition("=")
@@ -99,16 +109,15 @@ def slurm_launcher(
             )
         extra[key] = value if equals else True
     try:
-        options = SlurmOptions(
+        return SlurmOptions(
             partition=args.partition,
             gpus=args.gpus_per_cell,
             nodes=args.nodes_per_cell,
-            cpus=args.cpus_per_cell or suite.threads or DEFAULT_CPUS,
+            cpus=args.cpus_per_cell or threads or DEFAULT_CPUS,
             time_min=args.time,
             max_parallel=args.max_parallel,
             extra=extra,
-            name=f"circlebench-{suite.name}",
+            name=name,
         )
     except ValueError as error:
         parser.error(str(error))
-    return functools.partial(run_cells_on_slurm, options=options)

@@ -21,7 +21,7 @@ import pytest
 
 from benchmark.leaderboard import command as leaderboard
 from benchmark.leaderboard import slurm_cells
-from benchmark.leaderboard.slurm import SlurmOptions, job_states, submit_copies
+from benchmark.leaderboard.slurm import SlurmOptions, job_states, submit_copies, wait_for_jobs
 from benchmark.leaderboard.slurm_cells import read_ledger
 from benchmark.training.results import read_results
 from tests.benchmark.leaderboard.slurm_cluster import SlurmCluster
@@ -204,9 +204,8 @@ def test_two_tuning_workers_share_one_journal(slurm: SlurmCluster, tmp_path: Pat
     options = SlurmOptions(cpus=1, time_min=10, name="tune-test")
     jobs = submit_copies(worker, 2, tmp_path / "slurm", tmp_path / "logs", options, threads=1)
     assert len(jobs) == 2 and jobs[0].split("_")[1] == "0"
-    wait_until(lambda: not any(s.active for s in job_states(jobs).values())
-               and len(job_states(jobs)) == 2, "the workers")  # fmt: skip
-    assert {s.state for s in job_states(jobs).values()} == {"COMPLETED"}
+    ended = wait_for_jobs(jobs, poll_s=1.0)
+    assert [state.state for state in ended.values()] == ["COMPLETED", "COMPLETED"]
     study = optuna.load_study(
         study_name="toy", storage=JournalStorage(JournalFileBackend(str(journal)))
     )

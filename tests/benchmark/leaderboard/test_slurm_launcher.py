@@ -101,13 +101,13 @@ def test_launcher_options_that_do_not_fit_are_usage_errors(
     assert message in capsys.readouterr().err
 
 
-SACCT = """JobID|State|NodeList|ExitCode
-7_0|COMPLETED|n1|0:0
-7_0.batch|COMPLETED|n1|0:0
-7_1|CANCELLED by 0|n2|0:15
-7_2|TIMEOUT|n1|0:15
-7_3|NODE_FAIL|n3|0:0
-7_[4-6%2]|PENDING|None assigned|0:0
+SACCT = """JobID|State|NodeList|ExitCode|Elapsed
+7_0|COMPLETED|n1|0:0|1-02:03:04
+7_0.batch|COMPLETED|n1|0:0|1-02:03:04
+7_1|CANCELLED by 0|n2|0:15|00:51
+7_2|TIMEOUT|n1|0:15|04:00:09
+7_3|NODE_FAIL|n3|0:0|00:00:00
+7_[4-6%2]|PENDING|None assigned|0:0|00:00:00
 """
 
 
@@ -128,6 +128,8 @@ def test_job_states_read_sacct_then_squeue(monkeypatch: pytest.MonkeyPatch) -> N
     assert states["7_3"].state == "NODE_FAIL" and not states["7_3"].active
     assert states["7_5"].active and states["7_5"].describe() == "PENDING (job 7_5, exit 0:0)"
     assert not states["7_0"].active and list(states)[-2:] == ["7_5", "7_0"]
+    assert states["7_0"].elapsed_s == 86400 + 2 * 3600 + 3 * 60 + 4
+    assert (states["7_1"].elapsed_s, states["7_2"].elapsed_s) == (51, 4 * 3600 + 9)
     assert job_states([]) == {}
     states = job_states(["8_0", "7_9"])
     assert commands[-1][:3] == ["squeue", "--noheader", "--format=%i|%T|%N"]
