@@ -213,12 +213,12 @@ def print_status(
         recipe = cell.recipe(root, settings.threads)
         entry = ledger.get(cell.cell_id)
         state = states.get(entry.job) if entry else None
-        missing = cell.group.missing_data(root)
+        why = cell.unavailable(root)
         detail = ""
         if cell.cell_id in made and made[cell.cell_id] in ("", recipe):
             what = "done"
-        elif missing is not None:
-            what, detail = "skipped", f"{missing} is absent"
+        elif why is not None:
+            what, detail = "skipped", why
         elif state is not None and entry is not None and entry.recipe == recipe:
             what = state.state
             detail = state.describe()

@@ -16,8 +16,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import optuna
 import pandas as pd
 import pytest
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
 
 from benchmark.leaderboard import command as leaderboard
 from benchmark.leaderboard import slurm_cells
@@ -25,6 +28,7 @@ from benchmark.leaderboard.slurm import SlurmOptions, job_states, submit_copies,
 from benchmark.leaderboard.slurm_cells import read_ledger
 from benchmark.training.results import read_results
 from tests.benchmark.leaderboard.slurm_cluster import SlurmCluster
+from tests.benchmark.leaderboard.slurm_jobs import tuning_worker
 
 REPO = Path(__file__).resolve().parents[3]
 FINE = REPO / "experiments" / "synthetic" / "fine_grained"
@@ -193,11 +197,6 @@ def test_cancelled_cell_and_killed_leaderboard(
 
 
 def test_two_tuning_workers_share_one_journal(slurm: SlurmCluster, tmp_path: Path) -> None:
-    optuna = pytest.importorskip("optuna")
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    from tests.benchmark.leaderboard.slurm_jobs import tuning_worker
 
     journal = tmp_path / "study.journal"
     worker = functools.partial(tuning_worker, str(journal), 3)
