@@ -7,12 +7,13 @@ Three sections, each next to a baseline measured in the same run:
 
 * train: the config's `MetricLearningModule` fitted by a Lightning Trainer (what `circlebench
   fit` runs, without checkpoints and evaluation) on generated images of the config's size and
-  P×K, in 32-true, bf16-mixed, and bf16-mixed with channels-last; a bare PyTorch loop over the
-  same loader (the baseline); the same loop on one batch held on the GPU (no loading: the GPU's
-  own training images/s). Each with its GPU memory peak.
+  P×K (rendered once and served from memory, so the renderer does not limit it), in 32-true,
+  bf16-mixed, and bf16-mixed with channels-last; a bare PyTorch loop over the same loader (the
+  baseline); the same loop on one batch held on the GPU (no loading: the GPU's own training
+  images/s). Each with its GPU memory peak.
 * loaders: images/s of the training loaders alone with `--workers` processes (default: every
-  core), generated images and a folder of 400×300 JPEGs in the CUB layout, against the GPU's
-  training images/s: whether the machine's cores keep its GPU busy.
+  core), images generated as they are read and a folder of 400×300 JPEGs in the CUB layout,
+  against the GPU's training images/s: whether the machine's cores keep its GPU busy.
 * eval: `RetrievalEvaluator` on CUDA at SOP and MSMT17 size (`bench eval`'s data), each
   arithmetic and faiss-gpu, its metrics checked equal to the CPU evaluator's, its time against
   faiss-gpu's flat top-k, and its GPU memory peak.

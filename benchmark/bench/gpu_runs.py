@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
 from benchmark.bench.data import images_per_second, write_jpeg_folder
 from benchmark.bench.eval import CASES, faiss_top_k, make_data, scaled_case
@@ -25,9 +25,31 @@ from benchmark.evaluation import RetrievalEvaluator
 from benchmark.training.cli import CircleBenchCLI
 from benchmark.training.module import MetricLearningModule
 from datamodules import CUB200DataModule, SyntheticDataModule
-from datamodules.base import RetrievalDataModule
+from datamodules.base import RetrievalDataModule, Split
 
 _LOADER_BATCHES = 20  # batches per timed pass of a loader
+
+
+class PreRenderedDataModule(SyntheticDataModule):
+    """Generated images rendered once and served from memory: the fits then time training, not
+    the renderer (the `loaders` section times rendering and JPEG decoding on their own)."""
+
+    def make_dataset(self, split: Split, *, train: bool) -> Dataset:
+        rendered = super().make_dataset(split, train=train)
+        return InMemory([rendered[i] for i in range(len(split))])
+
+
+class InMemory(Dataset):
+    """Items held in a list (loader workers share them through fork)."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.items[i]
 
 
 class Runner:
@@ -60,8 +82,11 @@ class Runner:
         module, images = cli.model, cli.datamodule
         if channels_last:  # convolutions then run NHWC, the layout tensor cores want
             module = module.to(memory_format=torch.channels_last)
-        data = SyntheticDataModule(
+        data = PreRenderedDataModule(
             mode="fine_grained" if images.protocol == "same_set" else "reid",
+            num_train_classes=2 * images.p,
+            num_test_classes=2,
+            images_per_class=2 * images.k,
             p=images.p,
             k=images.k,
             image_size=images.image_size,
@@ -100,13 +125,16 @@ class Runner:
 
     # ---- loaders -----------------------------------------------------------------------------
     def _loader(self, step: Step) -> Result:
-        _, generated = self._model(channels_last=False)
-        data: RetrievalDataModule = generated
+        _, held = self._model(channels_last=False)
+        data: RetrievalDataModule = SyntheticDataModule(  # rendered as it is read
+            p=held.p, k=held.k, image_size=held.image_size, num_workers=self.args.workers,
+            batches_per_epoch=held.batches_per_epoch,
+        )  # fmt: skip
         if step.data == "jpeg":
             root = write_jpeg_folder(Path(self._tmp.name) / "jpeg", classes=32, per_class=20)
             data = CUB200DataModule(
-                root, train_classes=31, p=generated.p, k=generated.k,
-                image_size=generated.image_size, num_workers=self.args.workers,
+                root, train_classes=31, p=held.p, k=held.k,
+                image_size=held.image_size, num_workers=self.args.workers,
             )  # fmt: skip
         data.setup("fit")
         loader = self._pinned(data.train_dataloader())
