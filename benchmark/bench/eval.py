@@ -142,6 +142,8 @@ def pml_peer(case: Case, data: dict, device: str = "cpu") -> dict[str, float]:
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
     metrics = ("precision_at_1", "r_precision", "mean_average_precision_at_r")
+    if device == "cuda" and not faiss_has_gpu(import_faiss()):
+        device = "cpu"  # its k-NN is faiss's: a GPU one needs faiss-gpu
     calc = AccuracyCalculator(include=metrics, k="max_bin_count", device=torch.device(device))
     q = torch.nn.functional.normalize(data["query_emb"])
     if case.protocol == "same_set":
