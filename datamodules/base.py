@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import ClassVar, cast
 
 import pytorch_lightning as pl
-import torch
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
