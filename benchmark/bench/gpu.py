@@ -26,12 +26,11 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 
+from benchmark.bench.gpu_steps import Result, Step
 from benchmark.bench.timing import machine
 from benchmark.devices import float32_modes
 
@@ -39,35 +38,6 @@ EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 DEFAULT_CONFIG = EXPERIMENTS / "cub200" / "circle.yaml"  # BN-Inception, 512-D, P=16 K=5, 224 px
 SECTIONS = ("train", "loaders", "eval")
 EVAL_PATHS = ("float32", "float16", "bfloat16", "auto", "faiss")  # int8 is a CPU shortlist
-Section = Literal["train", "loaders", "eval"]
-
-
-@dataclass(frozen=True)
-class Step:
-    """One measurement. train: `precision`, `channels_last` and `loop` (fit, bare or compute);
-    loaders: `data` (synthetic or jpeg); eval: `case` and `path` (an arithmetic, faiss, or
-    `faiss-top-k`, the peer)."""
-
-    section: Section
-    name: str
-    loop: str = ""
-    precision: str = ""
-    channels_last: bool = False
-    data: str = ""
-    case: str = ""
-    path: str = ""
-
-
-@dataclass(frozen=True)
-class Result:
-    """What a step measured: images/s (train, loaders) or seconds (eval), the GPU memory peak
-    in bytes, and for eval whether the metrics equal the CPU evaluator's (None for a peer)."""
-
-    step: Step
-    value: float
-    gpu_peak: int = 0
-    equal: bool | None = None
-    note: str = ""
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

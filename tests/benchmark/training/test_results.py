@@ -35,7 +35,7 @@ from losses import CircleLoss
 CONTRACT_COLUMNS = [
     "cell_id", "dataset", "track", "protocol", "labels", "loss", "loss_params", "backbone",
     "pretrained",
-    "embedding_dim", "image_size", "p", "k", "epochs", "seed", "include_val", "rerank",
+    "embedding_dim", "image_size", "p", "k", "epochs", "seed", "include_val", "rerank", "tuning",
     "R@1", "R@2", "R@10", "mAP", "MAP@R", "R-Precision",
     "eval_backend", "skipped_queries", "checkpoint", "global_step", "wall_time_s", "git_sha",
     "config_hash", "run_dir", "cell_recipe", "device", "gpu", "precision",
