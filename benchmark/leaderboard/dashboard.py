@@ -118,11 +118,11 @@ def _group_section(
     facts = f"{len(entries)} experiments, seeds {' '.join(seeds)}"
     blocks = [wr.H1(heading), wr.P(facts), wr.PanelGrid(runsets=runsets, panels=panels)]
     if entries["experiment"].str.endswith(TUNED).any():
-        blocks += _tuning_grid(group, entity)
+        blocks += _tuning_grid(suite, group, entity)
     return blocks
 
 
-def _tuning_grid(group: str, entity: str) -> list[Any]:
+def _tuning_grid(suite: str, group: str, entity: str) -> list[Any]:
     """The group's studies (`benchmark.tuning.history`: one run per loss): each trial's
     validation score and the best so far. Tuned and default runs already stand apart in the
     bars above (W&B group `<dataset>/<loss>.tuned`)."""
@@ -136,7 +136,7 @@ def _tuning_grid(group: str, entity: str) -> list[Any]:
         wr.LinePlot(title="best validation score so far, per study (x: trial)", y=["tune/best"]),
         wr.LinePlot(title="each trial's validation score (x: trial)", y=["tune/value"]),
     ]
-    note = "Tuning: the studies of `circlebench tune --suite SUITE --group " + group + "`."
+    note = f"Tuning: the studies of `circlebench tune --suite {suite} --group {group}`."
     return [wr.P(note), wr.PanelGrid(runsets=[studies], panels=panels)]
 
 

@@ -143,7 +143,9 @@ def test_a_tuned_cell_waits_for_its_tuning_then_trains_the_tuned_setting(
         f"syn/{stem}{setting}/seed{seed}"
         for stem in ("circle", "triplet") for setting in ("", ".tuned") for seed in (0, 1)
     ]  # fmt: skip
-    assert "not tuned yet: run `circlebench tune" in str(cells[2].unavailable(project))
+    assert "not tuned yet: run `circlebench tune --suite t --group syn --loss circle`" in str(
+        cells[2].unavailable(project)
+    )
     tuned = _tune(project, "circle")
     _tune(project, "triplet", overrides=("--b=1",))  # tuned for an older group entry
     assert cells[2].unavailable(project) is None
