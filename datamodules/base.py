@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import ClassVar, cast
 
 import pytorch_lightning as pl
-import torch
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
@@ -247,8 +246,14 @@ class RetrievalDataModule(pl.LightningDataModule):
             batch_sampler=sampler,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
-            pin_memory=torch.cuda.is_available(),
+            pin_memory=self._pin_memory(),
         )
+
+    def _pin_memory(self) -> bool:
+        """Page-locked batches, which only speed up copies to a GPU: when the Trainer runs on
+        CUDA (not merely where CUDA is visible: a CPU run would pin for nothing)."""
+        trainer = self.trainer
+        return trainer is not None and trainer.strategy.root_device.type == "cuda"
 
     def val_dataloader(self) -> list[DataLoader]:
         """`[query]` (same_set) or `[query, gallery]` (query_gallery); [] without val_classes."""
@@ -281,7 +286,7 @@ class RetrievalDataModule(pl.LightningDataModule):
                 shuffle=False,
                 num_workers=self.num_workers,
                 persistent_workers=self.num_workers > 0,
-                pin_memory=torch.cuda.is_available(),
+                pin_memory=self._pin_memory(),
             )
             for name in names
             if name in self._datasets

@@ -11,7 +11,8 @@ Entries are per split and view, keyed by content:
   renderer's parameters), the image size, and the torch / torchvision / PIL versions;
 - for a training view: its index and the augmentation seed;
 - the extractor: its repr (backbone, weights source, pooling) and a SHA-256 of its parameters and
-  buffers.
+  buffers;
+- where it runs: the device type, the GPU's name and the float32 modes (TF32 or IEEE products).
 
 Features are computed for the dataset's whole training split (before a validation split is
 carved out), so every `seed` and `val_classes` shares them. Training view `v` of item `i` is the
@@ -36,6 +37,7 @@ from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
+from benchmark.devices import float32_modes, gpu_name
 from datamodules.base import RetrievalDataModule, Split, Splits
 from datamodules.feature_cache import FeatureCache, content_key, default_cache_dir, items_digest
 from datamodules.feature_views import (
@@ -209,6 +211,7 @@ class CachedFeatureDataModule(RetrievalDataModule):
             "view": view,
             "aug_seed": None if view is None else self.aug_seed,
             "extractor": self._extractor_description(),
+            "device": where_features_run(self._device()),
             "versions": {
                 "torch": torch.__version__,
                 "torchvision": torchvision.__version__,
@@ -258,6 +261,11 @@ class CachedFeatureDataModule(RetrievalDataModule):
         """Where the extractor runs: the Trainer's device when attached, else the CPU."""
         trainer = self.trainer
         return trainer.strategy.root_device if trainer is not None else torch.device("cpu")
+
+
+def where_features_run(device: torch.device) -> dict[str, str]:
+    """The device's part of the key: a GPU, or TF32 products, give slightly other features."""
+    return {"type": device.type, "gpu": gpu_name(device), "float32": float32_modes(device.type)}
 
 
 def module_digest(module: nn.Module) -> str:

@@ -22,6 +22,7 @@ LAYERS = {
     "losses": 2,
     "samplers": 2,
     "benchmark.evaluation": 1,
+    "benchmark.devices": 0,  # what a run ran on; imports nothing of ours
 }
 
 

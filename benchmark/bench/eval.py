@@ -1,10 +1,13 @@
-"""`python -m benchmark.bench eval [--case C] [--backend B] [--repeat N] [--rerank]`.
+"""`python -m benchmark.bench eval [--case C] [--device D] [--repeat N] [--rerank]`.
 
 Times RetrievalEvaluator on clustered random embeddings of the real datasets' sizes, for every
 backend available here, next to a plain baseline: float32 similarity rows, a full descending
 sort per query, metrics from the sorted relevance matrix. The baseline's full matrix does not
 fit in memory at these sizes, so it runs in query chunks; where it would take minutes it runs on
 the first `--baseline-queries` queries and its time is scaled linearly (printed as such).
+
+`--device cuda` (the default `auto` where CUDA is visible) runs the evaluator, the baseline and
+the peers on the GPU and adds each one's GPU memory peak (torch's allocator) beside host RSS.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from benchmark.bench.timing import machine, median_seconds, peak_rss_increase
+from benchmark.bench.timing import gpu_peak, machine, median_seconds, peak_rss_increase
 from benchmark.evaluation import RetrievalEvaluator
 from benchmark.evaluation.arithmetic import (
     ARITHMETICS,
@@ -28,6 +31,7 @@ from benchmark.evaluation.arithmetic import (
     requested,
     sgemm,
 )
+from benchmark.evaluation.faiss_blocks import faiss_has_gpu, gpu_resources, import_faiss
 
 
 @dataclass(frozen=True)
@@ -91,8 +95,11 @@ def make_data(case: Case, seed: int = 0) -> dict[str, Tensor | None]:
     return data
 
 
-def baseline(case: Case, data: dict, n_queries: int, chunk: int = 512) -> dict[str, float]:
+def baseline(
+    case: Case, data: dict, n_queries: int, chunk: int = 512, device: str = "cpu"
+) -> dict[str, float]:
     """The plain way: float32 similarities, full sort per query, metrics from sorted labels."""
+    data = {k: v.to(device) for k, v in data.items() if v is not None}
     q = torch.nn.functional.normalize(data["query_emb"][:n_queries])
     same = case.protocol == "same_set"
     g = torch.nn.functional.normalize(data["query_emb"] if same else data["gallery_emb"])
@@ -105,8 +112,8 @@ def baseline(case: Case, data: dict, n_queries: int, chunk: int = 512) -> dict[s
         excluded = gl[None, :] == -1
         if same:
             excluded = excluded | (
-                torch.arange(g.shape[0])[None, :]
-                == torch.arange(start, start + sims.shape[0])[:, None]
+                torch.arange(g.shape[0], device=device)[None, :]
+                == torch.arange(start, start + sims.shape[0], device=device)[:, None]
             )
         else:
             qc = data["query_cams"][start : start + sims.shape[0]]
@@ -122,20 +129,22 @@ def baseline(case: Case, data: dict, n_queries: int, chunk: int = 512) -> dict[s
         first = rel.to(torch.int8).argmax(1)
         for k in case.ks:
             hits[k] += float(((first < k) & valid).sum())
-        ranks = torch.arange(1, rel.shape[1] + 1)
+        ranks = torch.arange(1, rel.shape[1] + 1, device=device)
         ap = (cum / ranks * rel).sum(1) / n_pos.clamp_min(1)
         ap_sum += float(ap[valid].sum())
         n_valid += int(valid.sum())
     return {**{f"R@{k}": hits[k] / n_valid for k in case.ks}, "mAP": ap_sum / n_valid}
 
 
-def pml_peer(case: Case, data: dict) -> dict[str, float]:
+def pml_peer(case: Case, data: dict, device: str = "cpu") -> dict[str, float]:
     """pytorch-metric-learning's AccuracyCalculator (faiss k-NN with k = the largest class),
     P@1, R-Precision and MAP@R on L2-normalised embeddings; no camera filter (it has none)."""
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
     metrics = ("precision_at_1", "r_precision", "mean_average_precision_at_r")
-    calc = AccuracyCalculator(include=metrics, k="max_bin_count", device=torch.device("cpu"))
+    if device == "cuda" and not faiss_has_gpu(import_faiss()):
+        device = "cpu"  # its k-NN is faiss's: a GPU one needs faiss-gpu
+    calc = AccuracyCalculator(include=metrics, k="max_bin_count", device=torch.device(device))
     q = torch.nn.functional.normalize(data["query_emb"])
     if case.protocol == "same_set":
         return calc.get_accuracy(q, data["query_labels"])
@@ -143,10 +152,11 @@ def pml_peer(case: Case, data: dict) -> dict[str, float]:
     return calc.get_accuracy(q, data["query_labels"], g, data["gallery_labels"])
 
 
-def faiss_top_k(case: Case, data: dict) -> dict[str, float]:
+def faiss_top_k(case: Case, data: dict, device: str = "cpu") -> dict[str, float]:
     """faiss exact flat inner-product top-k, k = max(ks, the largest class): what a top-k
-    evaluator needs for R@K and MAP@R (not the full mAP); returns R@K from the neighbours."""
-    import faiss
+    evaluator needs for R@K and MAP@R (not the full mAP); returns R@K from the neighbours.
+    On CUDA the index is a GPU copy when this faiss has GPU support (k ≤ 2,048 there)."""
+    faiss = import_faiss()
 
     q = torch.nn.functional.normalize(data["query_emb"]).numpy()
     same = case.protocol == "same_set"
@@ -154,25 +164,37 @@ def faiss_top_k(case: Case, data: dict) -> dict[str, float]:
     gl = data["query_labels"] if same else data["gallery_labels"]
     k = max(max(case.ks), int(torch.bincount(gl).max())) + int(same)
     index = faiss.IndexFlatIP(q.shape[1])
+    if device == "cuda" and faiss_has_gpu(faiss):
+        index = faiss.index_cpu_to_gpu(gpu_resources(faiss, torch.device("cuda")), 0, index)
     index.add(g)
     _, neighbours = index.search(q, k)
     hits = gl[torch.from_numpy(neighbours[:, int(same) :])] == data["query_labels"][:, None]
     return {f"R@{kk}": float(hits[:, :kk].any(1).float().mean()) for kk in case.ks}
 
 
-def _timed(fn, repeat: int) -> tuple[dict, float, int]:
-    """(result, seconds, peak bytes): the first run gives memory; seconds are its time, or
-    with repeat > 1 the median of repeat - 1 more runs."""
+def _timed(fn, repeat: int, device: str = "cpu") -> tuple[dict, float, int, int]:
+    """(result, seconds, peak host bytes, peak GPU bytes): the first run gives memory; seconds
+    are its time, or with repeat > 1 the median of repeat - 1 more runs."""
     start = time.perf_counter()
-    result, mem = peak_rss_increase(fn)
+    (result, mem), gpu_mem = gpu_peak(lambda: peak_rss_increase(fn), device)
     seconds = time.perf_counter() - start
     if repeat > 1:
         seconds = median_seconds(fn, warmup=0, repeat=repeat - 1)
-    return result, seconds, mem
+    return result, seconds, mem, gpu_mem
+
+
+def _memory(mem: int, gpu_mem: int, device: str) -> str:
+    gpu = f", GPU +{gpu_mem / 2**30:5.2f} GiB" if device == "cuda" else ""
+    return f"peak +{mem / 2**30:5.2f} GiB{gpu}"
 
 
 def run_case(
-    case: Case, repeat: int, baseline_queries: int, paths: list[str], peers: list[str]
+    case: Case,
+    repeat: int,
+    baseline_queries: int,
+    paths: list[str],
+    peers: list[str],
+    device: str = "cpu",
 ) -> None:
     size = f"{case.n_query:,} x {(case.n_gallery or case.n_query):,}, D={case.dim}"
     print(f"\n== {case.name}: {case.protocol} {size}, {case.n_classes:,} classes ==")
@@ -183,44 +205,51 @@ def run_case(
     for path in paths:
         backend, arithmetic = ("faiss", "auto") if path == "faiss" else ("torch", path)
         ev = RetrievalEvaluator(case.protocol, case.ks, case.metrics, backend=backend,  # type: ignore[arg-type]
-                                arithmetic=arithmetic)  # type: ignore[arg-type]  # fmt: skip
-        result, seconds, mem = _timed(lambda ev=ev: ev.evaluate(**kwargs), repeat)
+                                device=device, arithmetic=arithmetic)  # type: ignore[arg-type]  # fmt: skip
+        result, seconds, mem, gpu_mem = _timed(lambda ev=ev: ev.evaluate(**kwargs), repeat, device)
         label = f"{ev.last_backend}{' (auto)' if path == 'auto' else ''}"
-        measured.append((label, seconds, mem, result))
+        measured.append((label, seconds, _memory(mem, gpu_mem, device), mem, result))
     peer_times = {}
     for peer in peers:
         fn = {"pml": pml_peer, "faiss-top-k": faiss_top_k}[peer]
         try:
-            result, seconds, mem = _timed(lambda fn=fn: fn(case, data), repeat)
+            result, seconds, mem, gpu_mem = _timed(
+                lambda fn=fn: fn(case, data, device), repeat, device
+            )
         except ImportError as err:
             print(f"{peer:24s} skipped: {err} (pip install 'circlebench[bench]')")
             continue
         peer_times[peer] = seconds
         shown = "  ".join(f"{k} {v:.4f}" for k, v in result.items())
-        print(f"{peer:24s} {seconds:8.2f} s  peak +{mem / 2**30:5.2f} GiB  {shown}")
+        print(f"{peer:24s} {seconds:8.2f} s  {_memory(mem, gpu_mem, device)}  {shown}")
     n_b = min(case.n_query, baseline_queries)
     start = time.perf_counter()
-    base_result, base_mem = peak_rss_increase(lambda: baseline(case, data, n_b))
+    (base_result, base_mem), base_gpu = gpu_peak(
+        lambda: peak_rss_increase(lambda: baseline(case, data, n_b, device=device)), device
+    )
     base_time = (time.perf_counter() - start) * case.n_query / n_b
     scaled = "" if n_b == case.n_query else f" (measured on {n_b:,} queries, scaled)"
-    print(f"{'baseline (full sort)':24s} {base_time:8.2f} s  peak +{base_mem / 2**30:5.2f} GiB"
-          f"{scaled}  R@{case.ks[0]} {base_result[f'R@{case.ks[0]}']:.4f}  "
+    print(f"{'baseline (full sort)':24s} {base_time:8.2f} s  "
+          f"{_memory(base_mem, base_gpu, device)}{scaled}  "
+          f"R@{case.ks[0]} {base_result[f'R@{case.ks[0]}']:.4f}  "
           f"mAP {base_result['mAP']:.4f}")  # fmt: skip
     best_peer = min(peer_times.values(), default=None)
-    for label, seconds, mem, result in measured:
+    for label, seconds, memory, mem, result in measured:
         ratios = f"x{base_time / seconds:5.1f} vs baseline"
         for peer, t in peer_times.items():
             ratios += f", x{t / seconds:4.2f} vs {peer}"
-        print(f"{label:24s} {seconds:8.2f} s  peak +{mem / 2**30:5.2f} GiB  {ratios}  "
-              f"target: {_verdict(case, seconds, mem, best_peer)}")  # fmt: skip
+        print(f"{label:24s} {seconds:8.2f} s  {memory}  {ratios}  "
+              f"target: {_verdict(case, seconds, mem, best_peer, device)}")  # fmt: skip
         print(" " * 25 + "  ".join(f"{k} {v:.4f}" for k, v in result.items()))
 
 
-def _verdict(case: Case, seconds: float, mem: int, best_peer: float | None) -> str:
-    """The issue's targets: an absolute time for SOP (5 s where bfloat16 is native, 20 s
-    elsewhere), twice the best peer for the re-ID cases, 1.5 GB of peak memory."""
+def _verdict(
+    case: Case, seconds: float, mem: int, best_peer: float | None, device: str = "cpu"
+) -> str:
+    """The issue's targets: an absolute time for SOP on a CPU (5 s where bfloat16 is native,
+    20 s elsewhere), twice the best peer on the same device otherwise, 1.5 GB of host memory."""
     gb = mem / 2**30
-    if case.name == "sop":
+    if case.name == "sop" and device == "cpu":
         limit = 5.0 if "bfloat16" in native(torch.device("cpu")) else 20.0
         ok, what = seconds <= limit and gb <= 1.5, f"<= {limit:g} s, <= 1.5 GB"
     elif best_peer is None:
@@ -291,19 +320,30 @@ def main(argv: list[str] | None = None) -> None:
                         help="scale item and class counts by this fraction")  # fmt: skip
     parser.add_argument("--rerank", action="store_true",
                         help="also time k-reciprocal re-ranking (query_gallery cases)")  # fmt: skip
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                        help="where evaluator and peers run (auto: CUDA if seen)")  # fmt: skip
     args = parser.parse_args(argv)
-    cpu = torch.device("cpu")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device; use --device cpu")
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda" if cuda else "cpu")
     print(machine())
-    auto = choose(cpu)  # the evaluator's own (cached) probe
-    probe = probe_seconds(native(cpu), cpu)  # the same probe again, to show its times
+    if cuda:
+        print(f"GPU {torch.cuda.get_device_name(device)}, torch CUDA {torch.version.cuda}")
+    auto = choose(device)  # the evaluator's own (cached) probe
+    probe = probe_seconds(native(device), device)  # the same probe again, to show its times
     shown = ", ".join(f"{name} {1e3 * t:.1f} ms" for name, t in probe.items())
-    print(f"arithmetic probe (1,024 x 8,192 x 512 block, another run): {shown}; auto -> {auto}"
-          f"{f' (set by {ENV_VAR})' if requested('auto') != 'auto' else ''}; "
-          f"float32 products by {sgemm()}")  # fmt: skip
-    paths = args.path or ["auto", *native(cpu), "faiss"]
+    engine = "" if cuda else f"; float32 products by {sgemm()}"
+    print(f"arithmetic probe on {device.type} (1,024 x 8,192 x 512 block, another run): {shown}; "
+          f"auto -> {auto}{f' (set by {ENV_VAR})' if requested('auto') != 'auto' else ''}"
+          f"{engine}")  # fmt: skip
+    paths = args.path or ["auto", *native(device), "faiss"]
+    if cuda and "int8" in paths:
+        parser.error("--path int8 is a CPU shortlist; on CUDA choose among auto, float32, "
+                     "float16, bfloat16 and faiss")  # fmt: skip
     peers = args.peer or ["pml", "faiss-top-k"]
     for name in args.case or ["market", "msmt17", "sop"]:
         case = scaled_case(CASES[name], args.subset)
-        run_case(case, args.repeat, args.baseline_queries, paths, peers)
+        run_case(case, args.repeat, args.baseline_queries, paths, peers, device.type)
         if args.rerank:
             run_rerank(case)

@@ -74,3 +74,19 @@ def machine() -> str:
         pass
     capability, threads = torch.backends.cpu.get_cpu_capability(), torch.get_num_threads()
     return f"CPU {model} ({capability}), torch {torch.__version__}, {threads} threads"
+
+
+def gpu_peak(fn: Callable[[], T], device: str) -> tuple[T, int]:
+    """Run `fn()`; its result and the peak increase of CUDA memory held by torch's allocator
+    (`torch.cuda.max_memory_allocated`) in bytes, 0 when `device` is not "cuda". Memory that
+    faiss allocates itself is not in it."""
+    import torch
+
+    if device != "cuda":
+        return fn(), 0
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    result = fn()
+    torch.cuda.synchronize()
+    return result, torch.cuda.max_memory_allocated() - before

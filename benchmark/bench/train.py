@@ -1,7 +1,7 @@
 """Training throughput: the full `circlebench fit` pipeline vs a bare PyTorch loop, same run.
 
 `python -m benchmark.bench train [--config experiments/synthetic/fine_grained/circle.yaml]
-[--steps 8] [--warmup 2] [--cells 3]`
+[--device auto|cpu|cuda] [--steps 8] [--warmup 2] [--cells 3]`
 
 Three figures in images/s, for the same embedder, loss, optimiser and P-K batches:
 * `lightning`: `Trainer.fit` of `MetricLearningModule` on the config's DataModule (data loading,
@@ -10,9 +10,12 @@ Three figures in images/s, for the same embedder, loss, optimiser and P-K batche
   same DataLoader, the baseline the ratio is taken against;
 * `compute only`: the bare loop on one batch held in memory (no data loading at all).
 
-On a CUDA machine it also measures ResNet50 at 224 px, P=16 K=4, Circle loss: fp32 vs bf16
-autocast with channels-last, bare loops on an in-memory batch. Then, with `--cells N`, the
-leaderboard's cells per minute in both tracks and the feature cache (`benchmark.bench.cells`).
+The config runs on `--device` (auto: CUDA where visible), in the config's precision. On CUDA it
+also measures ResNet50 at 224 px, P=16 K=4, Circle loss: float32 (named with its TF32 modes:
+cuDNN convolutions are TF32 unless turned off) vs bf16 autocast with channels-last, bare loops on
+an in-memory batch. Then, with `--cells N`, the leaderboard's cells per minute in both tracks and
+the feature cache (`benchmark.bench.cells`). `python -m benchmark.bench gpu` is the fuller GPU
+benchmark.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import torch
 
 from benchmark.bench import cells
 from benchmark.bench.timing import machine
+from benchmark.devices import float32_modes, precision_label
 from benchmark.training.cli import CircleBenchCLI
 from benchmark.training.embedders import Embedder
 from losses import CircleLoss
@@ -97,7 +101,7 @@ def repeat(batch):
         yield batch
 
 
-def cpu_config(config: Path, steps: int, warmup: int) -> None:
+def config_throughput(config: Path, steps: int, warmup: int, device: torch.device) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cli = CircleBenchCLI(
             ["--config", str(config), "--wandb=false", f"--trainer.default_root_dir={tmp}"],
@@ -108,10 +112,16 @@ def cpu_config(config: Path, steps: int, warmup: int) -> None:
     fixed = next(iter(data.train_dataloader()))
     state = {k: v.clone() for k, v in module.state_dict().items()}
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"config: {config.name} on {data.dataset_name}; {torch.get_num_threads()} threads")
+    precision = cli.config["trainer"].get("precision") or "32-true"
+    label = precision_label(str(precision), device.type)
+    threads = torch.get_num_threads()
+    print(f"config: {config.name}, {data.dataset_name}, {device.type}, {label}, {threads} threads")
     print(f"  load average {load} (other processes slow every figure alike)")
-    lightning = lightning_images_per_s(module, data, steps, warmup, accelerator="cpu", devices=1)
+    lightning = lightning_images_per_s(
+        module, data, steps, warmup, accelerator=device.type, devices=1, precision=precision
+    )
     module.load_state_dict(state)
+    module.to(device)  # Lightning hands the model back on the CPU
     bare = bare_images_per_s(module.embedder, module.loss, data.train_dataloader(), steps, warmup)
     compute = bare_images_per_s(module.embedder, module.loss, repeat(fixed), steps, warmup)
     print(f"  lightning fit      {lightning:8.1f} images/s  ({lightning / bare:.2f}× bare loop)")
@@ -127,29 +137,36 @@ def gpu_resnet50(steps: int, warmup: int) -> None:
     cameras = torch.zeros_like(y)
     embedder = Embedder("resnet50", embedding_dim=512).to(device)
     fp32 = bare_images_per_s(embedder, CircleLoss(), repeat((x, y, cameras)), steps, warmup)
+    fp32_name = f"bare fp32 ({float32_modes('cuda')})"
     embedder = embedder.to(memory_format=torch.channels_last)
     x_cl = x.contiguous(memory_format=torch.channels_last)
     batch = repeat((x_cl, y, cameras))
     bf16 = bare_images_per_s(embedder, CircleLoss(), batch, steps, warmup, autocast=torch.bfloat16)
     print(f"GPU {torch.cuda.get_device_name()}: ResNet50 224 px, P=16 K=4, Circle loss")
-    print(f"  bare fp32                  {fp32:8.1f} images/s  (baseline)")
-    print(f"  bare bf16 + channels-last  {bf16:8.1f} images/s  ({bf16 / fp32:.2f}× fp32)")
+    print(f"  {fp32_name:36s} {fp32:8.1f} images/s  (baseline)")
+    print(f"  {'bare bf16 + channels-last':36s} {bf16:8.1f} images/s  ({bf16 / fp32:.2f}× fp32)")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmark.bench train", description=__doc__)
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                        help="where the config trains (auto: CUDA where visible)")  # fmt: skip
     parser.add_argument("--steps", type=int, default=8, help="timed steps")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     parser.add_argument(
         "--cells", type=int, default=3, help="leaderboard cells per track to time (0: skip)"
     )
     args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device; use --device cpu")
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda" if cuda else "cpu")
     sys.argv = sys.argv[:1]  # the CLI below gets its arguments explicitly
     print(machine())
     torch.manual_seed(0)
-    cpu_config(args.config, args.steps, args.warmup)
-    if torch.cuda.is_available():
+    config_throughput(args.config, args.steps, args.warmup, device)
+    if cuda:
         gpu_resnet50(args.steps, args.warmup)
     if args.cells:
         cells.report(args.cells)

@@ -16,8 +16,6 @@ some, so it is recomputed whole. The least similar item is found the same way.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +23,7 @@ import torch
 from torch import Tensor
 
 from benchmark.evaluation import _kreciprocal
+from benchmark.evaluation.precision import ieee_float32
 from benchmark.evaluation.similarity import UnitEmbeddings, exact_similarities, shortlist_error
 
 _MARGIN = 16  # list entries kept beyond the ones asked for, to hold the items within 2ε
@@ -57,17 +56,6 @@ def _candidates(
         hit_r, hit_c = (s >= limit[r, None]).nonzero(as_tuple=True)
         found.append((r[hit_r], hit_c))
     return torch.cat([f[0] for f in found]), torch.cat([f[1] for f in found])
-
-
-@contextmanager
-def ieee_float32() -> Iterator[None]:
-    """float32 products in float32 (ε assumes it), whatever precision the caller allowed."""
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(before)
 
 
 def nearest_neighbours(x: UnitEmbeddings, width: int, chunk: int) -> Neighbours:

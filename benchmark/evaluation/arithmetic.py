@@ -9,7 +9,8 @@ block's output rounding is added per threshold:
 
 - `float32`: float32 products and output; δ = 0, so ε ≈ γ_D + 2⁻²⁴ (≈ 3·10⁻⁵ at D = 512).
 - `bfloat16`: bfloat16 inputs (||δ|| ≈ 2⁻⁹), float32 sums; bfloat16 output on the CPU
-  (rounding P·2⁻⁹, `output_error`), float32 on CUDA. ε ≈ 0.004-0.006.
+  (rounding P·2⁻⁹, `output_error`), float32 on CUDA (bfloat16 before torch 2.8,
+  `cuda_blocks`). ε ≈ 0.004-0.006.
 - `float16`: float16 inputs (||δ|| ≈ 2⁻¹²), float32 sums and output (on a CPU, a float32
   product of the float16 values: exact products, the same bound). ε ≈ 0.0005.
 - `int8`: one scale per copy (peak |x̂_d| / levels): 7-bit queries × 8-bit gallery items, the
@@ -37,12 +38,15 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from benchmark.evaluation.cuda_blocks import CudaShortlist
+from benchmark.evaluation.faiss_blocks import FaissShortlist
+from benchmark.evaluation.precision import ieee_float32
 from benchmark.evaluation.ranks import Block, Readout
 from benchmark.evaluation.similarity import Levels, LowCopy, prepare
 
@@ -78,10 +82,18 @@ def resolve(argument: str, device: torch.device) -> str:
     """The arithmetic to run on `device`: as requested, or measured (`choose`) for "auto"."""
     name = requested(argument)
     if name == "int8" and device.type != "cpu":
-        raise ValueError(
-            "arithmetic='int8' is a CPU shortlist (fbgemm); on CUDA use 'float16', 'bfloat16', "
-            "'float32' or 'auto'"
+        if argument == "int8":
+            raise ValueError(
+                "arithmetic='int8' is a CPU shortlist (fbgemm); on CUDA use 'float16', "
+                "'bfloat16', 'float32' or 'auto'"
+            )
+        # The environment variable is a preference for the machine's CPU evaluations.
+        warnings.warn(
+            f"{ENV_VAR}=int8 names a CPU shortlist; this CUDA evaluation chooses among "
+            f"{native(device)} instead",
+            stacklevel=3,
         )
+        name = "auto"
     return choose(device) if name == "auto" else name
 
 
@@ -134,7 +146,7 @@ def probe_seconds(names: list[str], device: torch.device, rounds: int = 5) -> di
                     torch.cuda.synchronize(device)
                 if call:
                     best[name] = min(best[name], time.perf_counter() - start)
-        except (RuntimeError, NotImplementedError):  # e.g. an op this build lacks
+        except Exception:  # a candidate this build cannot run (an op it lacks) is not one
             pass
     return best
 
@@ -165,7 +177,7 @@ def sgemm() -> str:
 def block(name: str, device: torch.device) -> Block:
     """The block function (query copy, gallery copy) -> Shortlist of arithmetic `name`."""
     if device.type == "cuda":
-        return lambda query, gallery: _CudaShortlist(gallery)
+        return lambda query, gallery: CudaShortlist(gallery)
     if name == "int8":
         return lambda query, gallery: Int8Shortlist(query, gallery, fbgemm=_has_fbgemm())
     engine = sgemm() if name == "float32" else "torch"
@@ -174,7 +186,7 @@ def block(name: str, device: torch.device) -> Block:
 
 def faiss_block(device: torch.device) -> Block:
     """float32 blocks by faiss (`backend="faiss"`): BLAS on the CPU, faiss-gpu on CUDA."""
-    return lambda query, gallery: _FaissShortlist(gallery, device)
+    return lambda query, gallery: FaissShortlist(gallery, device)
 
 
 class CpuShortlist:
@@ -211,7 +223,7 @@ class CpuShortlist:
             for c in range(0, g.shape[0], self._TILE):
                 np.matmul(q_np, g_np[c : c + self._TILE].T, out=out_np[:, c : c + self._TILE])
             return out
-        with _ieee_float32():
+        with ieee_float32():
             for c in range(0, g.shape[0], self._TILE):
                 tile = g[c : c + self._TILE]
                 tile = tile.float() if upcast else tile
@@ -280,62 +292,6 @@ def int8_levels(q: Tensor, q_zero: int, g: Tensor, multiplier: float, zero: int)
     sums = (q.to(torch.float64) - q_zero) @ g.to(torch.float64).T
     scaled = sums.to(torch.float32) * torch.tensor(multiplier, dtype=torch.float32)
     return (torch.round(scaled) + zero).clamp_(0, 255).to(torch.uint8)
-
-
-class _CudaShortlist:
-    """Products on the GPU: bfloat16/float16 inputs with float32 sums and output, or float32."""
-
-    def __init__(self, gallery: LowCopy) -> None:
-        self._gallery = gallery.values
-
-    def readout(self, lowest: float, highest: float) -> Readout:
-        return torch.float32
-
-    def __call__(self, q: Tensor, start: int) -> Tensor:
-        g = self._gallery[start:]
-        if g.dtype == torch.float32:
-            with _ieee_float32():
-                return torch.mm(q, g.T)
-        return torch.mm(q, g.T, out_dtype=torch.float32)
-
-
-class _FaissShortlist:
-    """float32 blocks by faiss: `pairwise_distances` (BLAS) or `pairwise_distance_gpu`."""
-
-    def __init__(self, gallery: LowCopy, device: torch.device) -> None:
-        import faiss
-
-        self._faiss, self._gallery = faiss, gallery.values.cpu().numpy()
-        self._resources = faiss.StandardGpuResources() if device.type == "cuda" else None
-
-    def readout(self, lowest: float, highest: float) -> Readout:
-        return torch.float32
-
-    def __call__(self, q: Tensor, start: int) -> Tensor:
-        faiss, g, q_np = self._faiss, self._gallery[start:], q.cpu().numpy()
-        if self._resources is not None:
-            out = faiss.pairwise_distance_gpu(
-                self._resources, q_np, g, metric=faiss.METRIC_INNER_PRODUCT
-            )
-        else:
-            out = faiss.pairwise_distances(q_np, g, faiss.METRIC_INNER_PRODUCT)
-        return torch.from_numpy(out)
-
-
-@contextlib.contextmanager
-def _ieee_float32() -> Iterator[None]:
-    """float32 products in float32: the γ_D bound does not hold for TF32 or bfloat16 modes
-    (`torch.set_float32_matmul_precision("medium")` turns them on for oneDNN and cuBLAS)."""
-    found: list[Any] = [getattr(torch.backends.mkldnn, "matmul", None), torch.backends.cuda.matmul]
-    backends = [b for b in found if getattr(b, "fp32_precision", "ieee") not in ("ieee", "none")]
-    saved = [b.fp32_precision for b in backends]
-    for b in backends:
-        b.fp32_precision = "ieee"
-    try:
-        yield
-    finally:
-        for b, value in zip(backends, saved, strict=True):
-            b.fp32_precision = value
 
 
 @contextlib.contextmanager

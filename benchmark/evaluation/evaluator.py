@@ -19,6 +19,7 @@ from torch import Tensor
 
 from benchmark.evaluation import arithmetic as _arithmetic
 from benchmark.evaluation.arithmetic import ARITHMETICS, Arithmetic
+from benchmark.evaluation.faiss_blocks import FAISS_GPU_HINT, faiss_has_gpu, import_faiss
 from benchmark.evaluation.hardest_pairs import HardestPairs, hardest_pair_similarities
 from benchmark.evaluation.metrics import (
     DEFAULT_METRICS,
@@ -34,10 +35,6 @@ from benchmark.evaluation.similarity import UnitEmbeddings, prepare, unit_rows
 from benchmark.evaluation.threads import like_torch
 
 BACKENDS = ("auto", "torch", "faiss")
-FAISS_GPU_HINT = (
-    'install faiss with GPU support (pip install "circlebench[gpu]", i.e. faiss-gpu), '
-    'or use backend="torch" (exact on CUDA too) or backend="auto"'
-)
 
 
 @dataclass(frozen=True)
@@ -137,15 +134,22 @@ class RetrievalEvaluator:
         arithmetic (`torch-cpu-int8`), which `auto` measures once per process."""
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("device='cuda' but torch sees no CUDA device; use device='cpu'")
-        cuda = self.device == "cuda" or (self.device == "auto" and torch.cuda.is_available())
-        device = torch.device("cuda" if cuda else "cpu")
+        # `auto` takes CUDA when visible, except for int8 asked by name: a CPU shortlist.
+        cuda = self.device == "cuda" or (
+            self.device == "auto" and torch.cuda.is_available() and self.arithmetic != "int8"
+        )
         if self.backend == "faiss":
-            import faiss
-
-            if cuda and not hasattr(faiss, "StandardGpuResources"):
-                raise ImportError(f"backend='faiss' on CUDA needs faiss-gpu: {FAISS_GPU_HINT}")
+            if cuda and not faiss_has_gpu(import_faiss()):
+                warnings.warn(
+                    "backend='faiss' on CUDA: this faiss has no GPU support, so its CPU "
+                    f"product runs instead; to run it on the GPU, {FAISS_GPU_HINT}",
+                    stacklevel=3,
+                )
+                cuda = False
+            device = torch.device("cuda" if cuda else "cpu")
             name = f"faiss-{'gpu' if cuda else 'cpu'}-float32"
             return name, device, _arithmetic.faiss_block(device), torch.float32
+        device = torch.device("cuda" if cuda else "cpu")
         arithmetic = _arithmetic.resolve(self.arithmetic, device)
         low_dtype = _arithmetic.LOW_DTYPES[arithmetic]
         name = f"torch-{device.type}-{arithmetic}"

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from benchmark.evaluation.faiss_blocks import import_faiss
 from benchmark.evaluation.ranks import PositiveRanks
 from benchmark.evaluation.sets import PROTOCOLS, RetrievalProtocol
 
@@ -195,8 +196,7 @@ def normalized_mutual_information(labels: np.ndarray, clusters: np.ndarray) -> f
 
 def kmeans_nmi(unit: np.ndarray, labels: np.ndarray, seed: int = 0) -> float:
     """NMI of k-means clusters (faiss, k = number of classes, fixed seed) against the labels."""
-    import faiss  # a core dependency; imported here to keep `import benchmark` light
-
+    faiss = import_faiss()  # imports faiss on first use: it keeps `import benchmark` light
     n_classes = len(np.unique(labels))
     kmeans = faiss.Kmeans(unit.shape[1], n_classes, niter=20, seed=seed, verbose=False)
     kmeans.train(np.ascontiguousarray(unit, dtype=np.float32))

@@ -45,7 +45,8 @@ import torch
 from torch import Tensor
 
 from benchmark.evaluation import _kreciprocal
-from benchmark.evaluation._neighbours import ieee_float32, nearest_neighbours
+from benchmark.evaluation._neighbours import nearest_neighbours
+from benchmark.evaluation.precision import ieee_float32
 from benchmark.evaluation.ranks import PositiveRanks
 from benchmark.evaluation.sets import EvaluationSets, excluded
 from benchmark.evaluation.similarity import UnitEmbeddings, exact_similarities, prepare

@@ -10,7 +10,8 @@ panel grid over the group's cells (config `circlebench.suite` and `circlebench.c
 grouped by their W&B group `<dataset>/<loss>`: a bar chart per test metric (mean over seeds,
 whiskers ± standard error: W&B draws no t interval), a line chart per validation metric the runs
 logged, the training `s_p` and `s_n` means (Fig. 4 of the Circle paper), and a parallel-coordinates
-panel over the loss hyper-parameters and R@1.
+panel over the loss hyper-parameters and R@1. A group that tunes adds a grid over its studies'
+histories (project `circlebench-tuning`, `benchmark.tuning.history`).
 
 Offline (the default) the command writes the view's spec to `results/suites/<suite>/dashboard.json`
 and says how to publish it. `--publish` saves it with the user's W&B credentials; a view with the
@@ -34,13 +35,14 @@ import wandb_workspaces.reports.v2 as wr
 from wandb_workspaces import expr
 
 from benchmark.evaluation.metrics import metric_columns
-from benchmark.leaderboard.aggregate import aggregate_rows
+from benchmark.leaderboard.aggregate import TUNED, aggregate_rows
 from benchmark.leaderboard.run_logs import experiments, logged_columns
 from benchmark.leaderboard.suite import Suite, load_suite
 from benchmark.leaderboard.wandb_views import ViewStore, WandbViewStore, publish_within
 from benchmark.training.atomic import write_text
 from benchmark.training.loggers import DEFAULT_TRACK, wandb_has_credentials, wandb_server_reachable
 from benchmark.training.results import read_results
+from benchmark.tuning.history import PROJECT as HISTORY_PROJECT
 
 LEADERBOARD_PROJECT = "circlebench-leaderboard"  # where `leaderboard` logs its table
 SPEC_FILE = "dashboard.json"
@@ -114,7 +116,28 @@ def _group_section(
         panels.append(_parallel_coordinates(params, metrics[0]))
     heading = f"{group}: {', '.join(datasets)}, {', '.join(tracks)}"
     facts = f"{len(entries)} experiments, seeds {' '.join(seeds)}"
-    return [wr.H1(heading), wr.P(facts), wr.PanelGrid(runsets=runsets, panels=panels)]
+    blocks = [wr.H1(heading), wr.P(facts), wr.PanelGrid(runsets=runsets, panels=panels)]
+    if entries["experiment"].str.endswith(TUNED).any():
+        blocks += _tuning_grid(suite, group, entity)
+    return blocks
+
+
+def _tuning_grid(suite: str, group: str, entity: str) -> list[Any]:
+    """The group's studies (`benchmark.tuning.history`: one run per loss): each trial's
+    validation score and the best so far. Tuned and default runs already stand apart in the
+    bars above (W&B group `<dataset>/<loss>.tuned`)."""
+    studies = wr.Runset(
+        entity=entity,
+        project=HISTORY_PROJECT,
+        name=f"{group} studies",
+        filters=expr.And(expr.Config("circlebench.group") == group),
+    )
+    panels: list[Any] = [
+        wr.LinePlot(title="best validation score so far, per study (x: trial)", y=["tune/best"]),
+        wr.LinePlot(title="each trial's validation score (x: trial)", y=["tune/value"]),
+    ]
+    note = f"Tuning: the studies of `circlebench tune --suite {suite} --group {group}`."
+    return [wr.P(note), wr.PanelGrid(runsets=[studies], panels=panels)]
 
 
 def _metric_panels(metrics: list[str], logged: set[str]) -> list[Any]:

@@ -72,6 +72,7 @@ class Group:
     floor: Path | None = None
     seeds: tuple[int, ...] | None = None  # None: the suite's
     tuning: Budget | None = None  # the budget of every loss; None: default settings only
+    suite: str = ""  # the suite that declares it, named in the `tune` command it suggests
 
     def overrides_for(self, config: Path) -> tuple[str, ...]:
         """The group's overrides, then those of this config."""
@@ -88,7 +89,7 @@ class Group:
         config, overrides or budget), else None."""
         files = group_files(self.name, config.stem, root)
         summary = files.read_summary()
-        command = f"circlebench tune --suite SUITE --group {self.name} --loss {config.stem}"
+        command = f"circlebench tune --suite {self.suite} --group {self.name} --loss {config.stem}"
         if summary is None or not files.config.is_file():
             return f"not tuned yet: run `{command}`"
         if summary["tuned_for"] != recipe(config, self.overrides_for(config), root):
@@ -277,6 +278,7 @@ def _group(name: str, spec: dict, root: Path, path: Path) -> Group:
         floor=Path(floor) if floor is not None else None,
         seeds=_seeds(spec["seeds"], f"{where}: seeds") if "seeds" in spec else None,
         tuning=_budget(spec["tuning"], f"{where}: tuning") if "tuning" in spec else None,
+        suite=path.stem,
     )
 
 

@@ -175,11 +175,14 @@ class CircleBenchCLI(LightningCLI):
         return super().instantiate_trainer(logger=loggers, callbacks=callbacks, **kwargs)
 
     def _labels(self, dataset: str, loss_class: str) -> RunLabels:
-        """What the run's W&B record is grouped by; the experiment is the last config file."""
+        """What the run's W&B record is grouped by; the experiment is the last config file, and
+        `<its stem>.tuned` for a tuned setting (its last config is the tuned fragment, named like
+        the experiment), so that W&B groups tuned and default runs apart."""
         configs = self._get(self.config, "config") or []
+        tuned = ".tuned" if self._get(self.config, "tuning") else ""
         return RunLabels(
             dataset=dataset,
-            loss=Path(str(configs[-1])).stem if configs else loss_class,
+            loss=f"{Path(str(configs[-1])).stem}{tuned}" if configs else loss_class,
             loss_class=loss_class,
             paradigm=str(self.model.loss.paradigm),
             track=self._get(self.config, "track") or DEFAULT_TRACK,  # a config may name one

@@ -127,16 +127,7 @@ def build_loggers(
     csv_logger = CSVLogger(save_dir=save_dir, name=f"{dataset}/{loss}", version=version)
     if not wandb:
         return [csv_logger]
-    if not wandb_is_configured():
-        os.environ["WANDB_MODE"] = "offline"  # no account: never prompt, never reach the network
-    elif os.environ.get("WANDB_MODE", "online") == "online" and not wandb_server_reachable():
-        os.environ["WANDB_MODE"] = "offline"
-        print(
-            "W&B: credentials found but the server cannot be reached; logging offline "
-            "(upload later with `wandb sync <run_dir>/wandb/offline-run-*`)",
-            file=sys.stderr,
-        )
-    os.environ.setdefault("WANDB_SILENT", "true")
+    settle_wandb_mode()
     run_dir = Path(csv_logger.log_dir)
     if getattr(rank_zero_only, "rank", 0) == 0:  # other DDP ranks never write there
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -146,6 +137,23 @@ def build_loggers(
         named["config"] = {"circlebench": labels.config()}
     wandb_logger = WandbLogger(project=f"circlebench-{dataset}", save_dir=str(run_dir), **named)
     return [csv_logger, wandb_logger]
+
+
+def settle_wandb_mode() -> str:
+    """Set `WANDB_MODE` for this process before W&B starts, and return it: offline without an
+    account (never prompt, never reach the network) or when the server cannot be reached, else
+    what the user chose (online with credentials)."""
+    if not wandb_is_configured():
+        os.environ["WANDB_MODE"] = "offline"
+    elif os.environ.get("WANDB_MODE", "online") == "online" and not wandb_server_reachable():
+        os.environ["WANDB_MODE"] = "offline"
+        print(
+            "W&B: credentials found but the server cannot be reached; logging offline "
+            "(upload later with `wandb sync <run_dir>/wandb/offline-run-*`)",
+            file=sys.stderr,
+        )
+    os.environ.setdefault("WANDB_SILENT", "true")
+    return os.environ.get("WANDB_MODE", "online")
 
 
 class ConfigToLoggersCallback(SaveConfigCallback):

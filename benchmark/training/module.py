@@ -2,9 +2,11 @@
 
 Training: P-K batch → embedder → loss (in fp32, outside autocast) → `train/loss` and the loss's
 `s_p`/`s_n` statistics every step. Evaluation (validation and test alike): every rank embeds its
-shard of the query (loader 0) and gallery (loader 1) sets once, the shards are gathered and
-de-duplicated by dataset index, and every rank computes the same metrics with
-`RetrievalEvaluator`; they are logged in percent (`val/R@1`, `test/mAP`), as in results rows.
+shard of the query (loader 0) and gallery (loader 1) sets once, in float32 even under
+`bf16-mixed` (a checkpoint then scores the same whatever precision trained it), the shards are
+gathered and de-duplicated by dataset index, and rank 0 computes the metrics with
+`RetrievalEvaluator` on the Trainer's device (CPU or CUDA) and sends them to the other ranks;
+they are logged in percent (`val/R@1`, `test/mAP`), as in results rows.
 """
 
 from __future__ import annotations
@@ -119,6 +121,7 @@ class MetricLearningModule(pl.LightningModule):
             tuple(ks),
             DEFAULT_METRICS if metrics is None else tuple(metrics),
             backend=self.hparams["eval_backend"],
+            device=evaluation_device(self._trainer),
             rerank=self.hparams["rerank"],
         )
         num_classes = getattr(datamodule, "num_classes", None)
@@ -200,7 +203,8 @@ class MetricLearningModule(pl.LightningModule):
         if not _is_sharded(loader) and batch_idx % self.trainer.world_size != self.global_rank:
             return  # every rank loads the whole set; each embeds every world_size-th batch
         images, labels, cameras = batch
-        embeddings = self.embedder(images).float().detach()  # [b, D]
+        with torch.autocast(self.device.type, enabled=False):  # float32 under bf16-mixed too
+            embeddings = self.embedder(images).float().detach()  # [b, D]
         self._eval_parts.setdefault(loader_idx, []).append((batch_idx, embeddings, labels, cameras))
 
     def _evaluate(self, stage: Literal["val", "test"], loaders) -> None:
@@ -222,11 +226,13 @@ class MetricLearningModule(pl.LightningModule):
         eval_args = (
             query[:2] if gallery is None else (*query[:2], *gallery[:2], query[2], gallery[2])
         )
-        metrics = self.evaluator.evaluate(*eval_args)
+        # Rank 0 evaluates (every rank holds the same gathered embeddings; each evaluating them
+        # with all its cores, or its own GPU, only multiplied the cost) and sends the metrics.
+        mine = self.evaluator.evaluate(*eval_args) if self.global_rank == 0 else None
+        metrics = cast(dict[str, float], self.trainer.strategy.broadcast(mine, src=0))
         percent = {key: 100.0 * float(value) for key, value in metrics.items()}
-        # Every rank computed the same values from the same gathered embeddings.
         self.log_dict({f"{stage}/{k}": v for k, v in percent.items()}, sync_dist=True)
-        if stage == "test":
+        if stage == "test" and self.global_rank == 0:  # rank 0 writes the results row
             hardest = self.evaluator.hardest_pairs(
                 *eval_args, max_queries=self.hparams["similarity_queries"]
             )
@@ -266,6 +272,14 @@ class MetricLearningModule(pl.LightningModule):
         padded[tuple(slice(0, n) for n in rows.shape)] = rows
         gathered = cast(Tensor, self.all_gather(padded.to(self.device)))  # [W, max n, ...]
         return torch.cat([gathered[r, : int(shape[0])] for r, shape in enumerate(shapes)])
+
+
+def evaluation_device(trainer: pl.Trainer | None) -> Literal["auto", "cpu", "cuda"]:
+    """Where the evaluator runs: on CUDA when the Trainer trains there, else on the CPU (a CPU
+    run on a GPU host stays off the GPU); "auto" outside a Trainer."""
+    if trainer is None:
+        return "auto"
+    return "cuda" if trainer.strategy.root_device.type == "cuda" else "cpu"
 
 
 def _as_list(loaders) -> list:

@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
+import pytorch_lightning as pl
 
+from benchmark.devices import gpu_name, precision_label
 from benchmark.evaluation.evaluator import EvaluationReport
 from benchmark.evaluation.hardest_pairs import HardestPairs
 from benchmark.evaluation.metrics import metric_columns
@@ -38,9 +40,11 @@ if TYPE_CHECKING:
     from datamodules.base import RetrievalDataModule
 
 # Columns after the metrics: how the numbers were obtained, not what was run.
+# The last three say where it ran (rows written before them have them empty; metrics computed
+# on a GPU or under TF32 differ slightly, so they are recorded but not a setting).
 PROVENANCE_COLUMNS = (
     "eval_backend", "skipped_queries", "checkpoint", "global_step", "wall_time_s", "git_sha",
-    "config_hash", "run_dir", "cell_recipe",
+    "config_hash", "run_dir", "cell_recipe", "device", "gpu", "precision",
 )  # fmt: skip
 FLOOR_LOSS = "none (pretrained)"  # the loss column of an untrained model's row
 Rows = list[dict[str, Any]]  # CSV rows by column name, as `csv.DictReader` gives them
@@ -82,6 +86,9 @@ class ResultRow:
     config_hash: str = ""
     run_dir: str = ""
     cell_recipe: str = ""  # the leaderboard cell's recipe (`suite.Cell.recipe`); "" outside one
+    device: str = ""  # "cpu" or "cuda", with "×N" for N DDP processes
+    gpu: str = ""  # the CUDA device's name; "" on the CPU
+    precision: str = ""  # the Trainer's, with the float32 modes (`devices.precision_label`)
 
     def as_flat_dict(self) -> dict[str, str | int | float]:
         """Columns in a fixed order: identity, metrics in registry order, provenance."""
@@ -167,7 +174,19 @@ def result_row(
         checkpoint=trained.path if trained else "",
         global_step=trained.global_step if trained else 0,
         **provenance,  # type: ignore[arg-type]
+        **where_it_ran(model.trainer),  # type: ignore[arg-type]
     )
+
+
+def where_it_ran(trainer: pl.Trainer) -> dict[str, str]:
+    """The `device`, `gpu` and `precision` columns of a run on `trainer`."""
+    device = trainer.strategy.root_device
+    count = f" ×{trainer.world_size}" if trainer.world_size > 1 else ""
+    return {
+        "device": f"{device.type}{count}",
+        "gpu": gpu_name(device),
+        "precision": precision_label(str(trainer.precision), device.type),
+    }
 
 
 def append_row(path: str | Path, row: ResultRow) -> None:

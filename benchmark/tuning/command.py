@@ -26,12 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
+import pandas as pd
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from benchmark.leaderboard.runner import end_running_cells, run_forked, terminal_console
 from benchmark.leaderboard.suite import Group, load_suite
 from benchmark.tuning.experiment import Budget, parse_experiment
+from benchmark.tuning.history import log_history
 from benchmark.tuning.objective import run_trial
 from benchmark.tuning.space import load_space, space_path
 from benchmark.tuning.study import (
@@ -96,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--output", type=Path, help="--config: folder of the tuned files (default: the storage's)"
     )
+    parser.add_argument(
+        "--no-wandb", action="store_true", help="do not log the history to W&B (offline by default)"
+    )
     return parser
 
 
@@ -118,6 +123,12 @@ def main(argv: list[str] | None = None) -> None:
     console = terminal_console()
     for task in tasks:
         tune(task, workers=args.workers, threads=args.threads, console=console)
+        if not args.no_wandb:
+            summary = task.files.read_summary()
+            trials = pd.read_csv(task.files.trials, keep_default_na=False)
+            why = log_history(task.study, summary or {}, trials, task.work_dir)
+            if why is not None:
+                console.print(f"W&B: history of {task.study} not logged ({why})")
 
 
 def config_task(args: argparse.Namespace, fit_overrides: list[str]) -> Task:

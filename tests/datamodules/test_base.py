@@ -125,9 +125,24 @@ def test_query_gallery_validation_takes_one_query_per_identity_and_camera() -> N
 
 def test_train_loader_shards_by_the_attached_trainer(tmp_path: Path) -> None:
     dm = make_dm(tmp_path)
-    dm.trainer = SimpleNamespace(world_size=2, global_rank=1)
+    dm.trainer = SimpleNamespace(world_size=2, global_rank=1, strategy=on(torch.device("cpu")))
     sampler = dm.train_dataloader().batch_sampler
     assert (sampler.num_replicas, sampler.rank, len(sampler)) == (2, 1, 36 // (6 * 2))
+
+
+def on(device: torch.device) -> SimpleNamespace:
+    """A Trainer's strategy running on `device`."""
+    return SimpleNamespace(root_device=device)
+
+
+def test_batches_are_pinned_only_for_a_trainer_on_cuda(tmp_path: Path) -> None:
+    """Pinned memory speeds up copies to a GPU; a CPU run where CUDA is visible pins nothing."""
+    dm = make_dm(tmp_path)
+    assert not dm.train_dataloader().pin_memory  # no Trainer: no device to copy to
+    for device, pinned in ((torch.device("cpu"), False), (torch.device("cuda", 0), True)):
+        dm.trainer = SimpleNamespace(world_size=1, global_rank=0, strategy=on(device))
+        loaders = [dm.train_dataloader(), *dm.test_dataloader()]
+        assert [loader.pin_memory for loader in loaders] == [pinned] * len(loaders)
 
 
 @pytest.mark.parametrize("mode", ["coverage", "independent"])

@@ -9,8 +9,10 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from benchmark.evaluation.precision import ieee_float32
 from datamodules import CachedFeatureDataModule, CUB200DataModule, SyntheticDataModule
 from datamodules.feature_views import ViewBatchSampler, epoch_views
+from datamodules.features import where_features_run
 from samplers import PKSampler
 from tests.datamodules import _layouts
 
@@ -85,6 +87,18 @@ def test_new_weights_image_size_or_rendering_miss(tmp_path: Path) -> None:
     assert features(synthetic(), tmp_path, changed).extractor.images_seen == 12 + 9
     assert features(synthetic(image_size=12), tmp_path).extractor.images_seen == 12 + 9
     assert features(synthetic(render_seed=1), tmp_path).extractor.images_seen == 12 + 9
+
+
+def test_tf32_products_or_another_device_miss(tmp_path: Path) -> None:
+    """Features computed with TF32 (or bfloat16) products differ from IEEE float32 ones: the key
+    names the float32 modes and the device, so neither reads the other's entries."""
+    features(synthetic(), tmp_path)
+    with ieee_float32():  # puts the setting back
+        torch.set_float32_matmul_precision("medium")  # oneDNN's bfloat16 float32 products
+        assert features(synthetic(), tmp_path).extractor.images_seen == 12 + 9
+    assert features(synthetic(), tmp_path).extractor.images_seen == 0
+    gpu = where_features_run(torch.device("cpu")) | {"type": "cuda"}
+    assert gpu != where_features_run(torch.device("cpu"))
 
 
 def test_more_views_compute_only_the_new_views_and_aug_seed_only_the_views(tmp_path) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
 from benchmark.evaluation import RetrievalEvaluator, arithmetic
+from benchmark.evaluation.faiss_blocks import faiss_has_gpu, import_faiss
 
 # faiss float32, then torch in each arithmetic (float32 products by torch and by numpy's BLAS);
 # "int8-emulated" is the exact slow form that CPUs without fbgemm run, "cuda-*" the GPU paths
@@ -13,10 +16,15 @@ from benchmark.evaluation import RetrievalEvaluator, arithmetic
 PATHS = ["faiss", "float32", "float32-numpy", "bfloat16", "float16", "int8", "int8-emulated"] + (
     ["cuda-float32", "cuda-bfloat16", "cuda-float16"] if torch.cuda.is_available() else []
 )
+HAS_FAISS = importlib.util.find_spec("faiss") is not None
+if torch.cuda.is_available() and HAS_FAISS and faiss_has_gpu(import_faiss()):
+    PATHS.append("cuda-faiss")  # faiss's GPU kernel over the gallery kept on the GPU
 
 
 def force(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Make `path` run as named where a choice would otherwise be measured or detected."""
+    if path.endswith("faiss") and not HAS_FAISS:
+        pytest.skip('faiss is not installed: pip install -e ".[cpu]"')
     if path == "int8-emulated":
         monkeypatch.setattr(arithmetic, "_has_fbgemm", lambda: False)
     elif path == "int8" and not arithmetic._has_fbgemm():
@@ -34,7 +42,7 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
 
 def evaluator(protocol: str, ks=(1, 2, 4), path: str = "float32", **kwargs) -> RetrievalEvaluator:
     """RetrievalEvaluator on `path` (see PATHS) with the five ranking metrics."""
-    backend = "faiss" if path == "faiss" else "torch"
+    backend = "faiss" if path.endswith("faiss") else "torch"
     device = "cuda" if path.startswith("cuda-") else "cpu"
     name = path.removeprefix("cuda-").replace("-emulated", "").replace("-numpy", "")
     metrics = ("recall", "mAP", "MAP@R", "R-Precision", "mINP")
@@ -44,7 +52,7 @@ def evaluator(protocol: str, ks=(1, 2, 4), path: str = "float32", **kwargs) -> R
         metrics,
         backend=backend,
         device=device,
-        arithmetic="auto" if path == "faiss" else name,
+        arithmetic="auto" if backend == "faiss" else name,
         **kwargs,
     )
 

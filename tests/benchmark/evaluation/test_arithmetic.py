@@ -103,7 +103,9 @@ def test_int8_runs_in_a_deterministic_run_and_leaves_it_so(deterministic_run: No
     result = ev.evaluate(emb, labels)
     assert ev.last_backend == "torch-cpu-int8"
     assert torch.are_deterministic_algorithms_enabled()
-    reference = RetrievalEvaluator("same_set", (1, 4), ("recall", "mAP"), arithmetic="float32")
+    reference = RetrievalEvaluator(
+        "same_set", (1, 4), ("recall", "mAP"), device="cpu", arithmetic="float32"
+    )
     assert result == reference.evaluate(emb, labels)
     assert arithmetic.probe_seconds(["int8"], CPU, rounds=1)["int8"] < float("inf")
 
@@ -147,7 +149,7 @@ def test_env_var_and_argument_override_auto(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv(arithmetic.ENV_VAR, "int8")
     assert arithmetic.requested("auto") == "int8"
     assert arithmetic.requested("float32") == "float32"  # the argument wins
-    ev = RetrievalEvaluator("same_set", (1,))
+    ev = RetrievalEvaluator("same_set", (1,), device="cpu")
     ev.evaluate(torch.randn(20, 4), torch.arange(20) % 4)
     assert ev.last_backend == "torch-cpu-int8"
     monkeypatch.setenv(arithmetic.ENV_VAR, "int4")
@@ -169,7 +171,7 @@ def test_auto_picks_the_fastest_measured_path_once(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv(arithmetic.ENV_VAR, raising=False)
     assert arithmetic.resolve("auto", CPU) == "int8"
     assert arithmetic.resolve("auto", CPU) == "int8" and len(calls) == 3  # cached
-    ev = RetrievalEvaluator("same_set", (1,))
+    ev = RetrievalEvaluator("same_set", (1,), device="cpu")
     ev.evaluate(torch.randn(20, 4), torch.arange(20) % 4)
     assert ev.last_backend == "torch-cpu-int8" and len(calls) == 3
 

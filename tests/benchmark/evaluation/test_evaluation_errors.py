@@ -92,9 +92,14 @@ def test_cuda_requested_without_cuda() -> None:
         RetrievalEvaluator("same_set", (1,), device="cuda").evaluate(Q, QL)
 
 
-def test_faiss_gpu_missing_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_faiss_without_gpu_falls_back_to_its_cpu_product(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CUDA evaluation with a faiss built without GPU support runs faiss's CPU product and
+    says how to install the GPU one."""
     faiss = pytest.importorskip("faiss")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.delattr(faiss, "StandardGpuResources", raising=False)
-    with pytest.raises(ImportError, match=r'pip install "circlebench\[gpu\]".*backend="torch"'):
-        RetrievalEvaluator("same_set", (1,), backend="faiss", device="cuda").evaluate(Q, QL)
+    ev = RetrievalEvaluator("same_set", (1,), backend="faiss", device="cuda")
+    with pytest.warns(UserWarning, match=r'pip uninstall -y faiss-cpu && pip install "circlebench'):
+        got = ev.evaluate(Q, QL)
+    assert ev.last_backend == "faiss-cpu-float32"
+    assert got == RetrievalEvaluator("same_set", (1,), device="cpu").evaluate(Q, QL)

@@ -4,21 +4,28 @@ from __future__ import annotations
 
 import html
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import wandb_workspaces.reports.v2 as wr
 
 from benchmark.leaderboard import command as leaderboard
 from benchmark.leaderboard.aggregate import aggregate_rows, paired_difference
+from benchmark.leaderboard.dashboard import build_view
 from benchmark.leaderboard.markdown import leaderboard_markdown, terminal_summary
 from benchmark.leaderboard.report import report_html
 from benchmark.leaderboard.suite import load_suite
 from benchmark.tuning.experiment import Budget
 from benchmark.tuning.tuned import GroupStudies, group_files, recipe
 from tests.benchmark.leaderboard.test_leaderboard import fake_fit, frame, row
+from tests.benchmark.leaderboard.wandb_records import read_offline_run
 
 BUDGET = "30 trials x 3 folds, <= 4 epochs, val MAP@R"
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _rows() -> pd.DataFrame:
@@ -136,7 +143,9 @@ def test_a_tuned_cell_waits_for_its_tuning_then_trains_the_tuned_setting(
         f"syn/{stem}{setting}/seed{seed}"
         for stem in ("circle", "triplet") for setting in ("", ".tuned") for seed in (0, 1)
     ]  # fmt: skip
-    assert "not tuned yet: run `circlebench tune" in str(cells[2].unavailable(project))
+    assert "not tuned yet: run `circlebench tune --suite t --group syn --loss circle`" in str(
+        cells[2].unavailable(project)
+    )
     tuned = _tune(project, "circle")
     _tune(project, "triplet", overrides=("--b=1",))  # tuned for an older group entry
     assert cells[2].unavailable(project) is None
@@ -179,3 +188,34 @@ def test_bad_tuning_budgets_are_explained(project: Path, tuning: str, match: str
     )
     with pytest.raises(ValueError, match=match):
         load_suite("b", project)
+
+
+def test_the_w_and_b_view_shows_each_study_the_history_logged(tmp_path: Path) -> None:
+    """`tune` logs a study offline, in a process of its own (its exit completes the run's
+    file); the view's tuning grid names keys that run has."""
+    studies = _studies()
+    summary = {**studies.summaries["triplet"], "space": "experiments/spaces/triplet.yaml"}
+    studies.trials["triplet"].to_csv(tmp_path / "trials.csv", index=False)
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    script = (
+        "import json, sys, pandas as pd; from pathlib import Path;"
+        "from benchmark.tuning.history import log_history;"
+        "t = pd.read_csv(sys.argv[1], keep_default_na=False);"
+        "s = json.loads(Path(sys.argv[2]).read_text());"
+        "sys.exit(log_history('g/triplet', s, t, Path(sys.argv[3])))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
+    env |= {"HOME": str(tmp_path), "PYTHONPATH": str(REPO)}  # no ~/.netrc login: offline
+    paths = [str(tmp_path / n) for n in ("trials.csv", "summary.json", "w")]
+    subprocess.run([sys.executable, "-c", script, *paths], env=env, check=True)
+    (log,) = (tmp_path / "w").glob("wandb/offline-run-*/run-*.wandb")
+    run = read_offline_run(log)
+    assert (run.project, run.group, run.name, run.job_type) == (
+        "circlebench-tuning", "g", "g/triplet", "tune",
+    )  # fmt: skip
+    assert run.config["circlebench.group"] == "g" and {"tune/value", "tune/best"} <= run.history
+    view = build_view(aggregate_rows(_rows()), _rows().assign(run_dir=""), "t")
+    grids = [b for b in view.blocks if isinstance(b, wr.PanelGrid)]
+    (tuning,) = [g for g in grids if g.runsets[0].project == "circlebench-tuning"]
+    logged = {y for panel in tuning.panels for y in panel.y}
+    assert logged <= run.history

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -11,9 +12,15 @@ import yaml
 from benchmark.training.cli import CircleBenchCLI
 
 EXPERIMENTS = Path(__file__).resolve().parents[3] / "experiments"
+# Suites, search spaces and tuned settings are not configs of their own: a tuned file is laid
+# over the config it was tuned for (tested below), and spaces are read by benchmark.tuning.
+NOT_CONFIGS = {"suites", "spaces", "tuned"}
 CONFIGS = sorted(
-    p for p in EXPERIMENTS.rglob("*.yaml") if p.name != "base.yaml" and "suites" not in p.parts
+    p
+    for p in EXPERIMENTS.rglob("*.yaml")
+    if p.name != "base.yaml" and not NOT_CONFIGS & set(p.relative_to(EXPERIMENTS).parts)
 )
+TUNED = sorted((EXPERIMENTS / "tuned").rglob("*.yaml"))
 DATASETS = ("cub200", "cars196", "sop", "market1501", "msmt17")
 LOSSES = {p.stem for p in (EXPERIMENTS / "synthetic" / "fine_grained").glob("*.yaml")}
 CLASS_COUNTS = {"cub200": 100, "cars196": 98, "sop": 11318, "market1501": 751, "msmt17": 1041}
@@ -34,6 +41,18 @@ def test_experiment_parses_over_base_yaml(path: Path) -> None:
     config = parse("--config", str(path))
     assert config.trainer.use_distributed_sampler is False  # from base.yaml
     assert config.model.loss.class_path.startswith("losses.")
+
+
+@pytest.mark.parametrize("path", TUNED, ids=lambda p: str(p.relative_to(EXPERIMENTS)))
+def test_tuned_settings_parse_over_the_config_they_were_tuned_for(path: Path) -> None:
+    record = json.loads(path.with_suffix(".json").read_text())
+    root = EXPERIMENTS.parent
+    config = parse("--config", str(root / record["tuned_for"]["config"]), "--config", str(path))
+    tuned = yaml.safe_load(path.read_text())
+    for name, value in tuned["model"].get("loss", {}).get("init_args", {}).items():
+        assert config.model.loss.init_args[name] == value, name
+    assert config.trainer.max_epochs == tuned["trainer"]["max_epochs"]
+    assert config.trainer.max_epochs <= record["budget"]["max_epochs"]
 
 
 def test_every_dataset_has_every_loss_and_synthetic_has_both_modes() -> None:

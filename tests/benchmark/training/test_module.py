@@ -8,7 +8,11 @@ import torch
 
 from benchmark.evaluation import RetrievalEvaluator
 from benchmark.training.embedders import Embedder
-from benchmark.training.module import MetricLearningModule, check_num_classes
+from benchmark.training.module import (
+    MetricLearningModule,
+    check_num_classes,
+    evaluation_device,
+)
 from losses import CenterLoss, CircleLoss, ClassProxies, NormFaceLoss
 from tests.benchmark.training._tiny_data import TinyDataModule, TinyReIDDataModule
 
@@ -174,3 +178,47 @@ def test_rerank_with_a_same_set_datamodule_is_an_error() -> None:
     module = make_module(rerank="k-reciprocal")
     with pytest.raises(ValueError, match="needs protocol='query_gallery', got 'same_set'"):
         make_trainer().test(module, datamodule=TinyDataModule(), verbose=False)
+
+
+def test_a_cpu_run_on_a_gpu_host_stays_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`accelerator: cpu` where CUDA is visible: no pinned batches, the evaluator on the CPU
+    (this torch has no usable CUDA, so any CUDA allocation would fail the run)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    # torch's optimiser asks a visible GPU whether it is capturing a graph: there is none here
+    check = "_accelerator_graph_capture_health_check"
+    monkeypatch.setattr(torch.optim.Optimizer, check, lambda self: None)
+    data = TinyDataModule(classes=5, p=2, k=2, val_classes=2, batches_per_epoch=1)
+    module = make_module()
+    trainer = make_trainer(max_epochs=1)
+    trainer.fit(module, datamodule=data)
+    trainer.test(module, datamodule=data, verbose=False)
+    assert module.evaluator.device == "cpu"
+    assert module.test_result is not None
+    assert module.test_result.report.backend.startswith("torch-cpu")
+    loaders = [data.train_dataloader(), *data.val_dataloader(), *data.test_dataloader()]
+    assert not any(loader.pin_memory for loader in loaders)
+
+
+def test_evaluation_embeds_in_float32_under_bf16_mixed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint scores the same whatever precision it trains under: the evaluation
+    embeddings of a bf16-mixed Trainer are the float32 ones, bit for bit."""
+    seen: list[torch.Tensor] = []
+    evaluate = RetrievalEvaluator.evaluate
+
+    def recording(self, query_emb, *args, **kwargs):
+        seen.append(query_emb.clone())
+        return evaluate(self, query_emb, *args, **kwargs)
+
+    monkeypatch.setattr(RetrievalEvaluator, "evaluate", recording)
+    torch.manual_seed(0)
+    module, data = make_module(), TinyDataModule(eval_batch_size=3)
+    for precision in ("32-true", "bf16-mixed"):
+        make_trainer(precision=precision).test(module, datamodule=data, verbose=False)
+    assert seen[0].dtype == seen[1].dtype == torch.float32
+    assert torch.equal(seen[0], seen[1])
+
+
+def test_evaluation_device_follows_the_trainer() -> None:
+    assert evaluation_device(None) == "auto"
+    assert evaluation_device(make_trainer()) == "cpu"

@@ -10,9 +10,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 
+from benchmark.devices import float32_modes
 from benchmark.evaluation.evaluator import EvaluationReport
 from benchmark.evaluation.hardest_pairs import HardestPairs
+from benchmark.evaluation.precision import ieee_float32
 from benchmark.training.bninception import CHECKPOINT_URL
 from benchmark.training.checkpoints import CheckpointInfo
 from benchmark.training.cli import hashed_config
@@ -25,16 +28,17 @@ from benchmark.training.results import (
     git_sha,
     result_row,
     save_similarities,
+    where_it_ran,
 )
 from losses import CircleLoss
 
 CONTRACT_COLUMNS = [
     "cell_id", "dataset", "track", "protocol", "labels", "loss", "loss_params", "backbone",
     "pretrained",
-    "embedding_dim", "image_size", "p", "k", "epochs", "seed", "include_val", "rerank",
+    "embedding_dim", "image_size", "p", "k", "epochs", "seed", "include_val", "rerank", "tuning",
     "R@1", "R@2", "R@10", "mAP", "MAP@R", "R-Precision",
     "eval_backend", "skipped_queries", "checkpoint", "global_step", "wall_time_s", "git_sha",
-    "config_hash", "run_dir", "cell_recipe",
+    "config_hash", "run_dir", "cell_recipe", "device", "gpu", "precision",
 ]  # fmt: skip
 
 
@@ -145,6 +149,7 @@ def test_result_row_reads_the_objects_that_ran() -> None:
     model = SimpleNamespace(
         protocol="same_set", loss=CircleLoss(), embedder=embedder,
         test_result=TestResult(report, HardestPairs(np.zeros(1), np.zeros(1))),
+        trainer=fake_trainer(torch.device("cpu"), 1, "32-true"),
     )  # fmt: skip
     data = SimpleNamespace(
         dataset_name="cub200", track="end-to-end", image_size=(224, 200), p=16, k=5
@@ -163,11 +168,36 @@ def test_result_row_reads_the_objects_that_ran() -> None:
         "224x200", "pair-wise", "CircleLoss", "",
     )  # fmt: skip
     assert (row.epochs, row.checkpoint, row.global_step) == (3, trained.path, 30)
+    assert (row.device, row.gpu) == ("cpu", "")
+    assert row.precision.startswith("32-true (matmul ")
     floor = result_row(
         model, data, cell_id="", loss_params="{}", trained=None, seed=1, provenance=provenance
     )
     assert (floor.loss, floor.labels, floor.loss_params, floor.epochs) == (FLOOR_LOSS, "", "", 0)
     assert (floor.checkpoint, floor.metrics) == ("", row.metrics)
+
+
+def fake_trainer(device: torch.device, world_size: int, precision: str) -> SimpleNamespace:
+    return SimpleNamespace(
+        strategy=SimpleNamespace(root_device=device), world_size=world_size, precision=precision
+    )
+
+
+def test_rows_say_where_they_ran(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Device, GPU name and precision with TF32 named: cuDNN convolutions default to TF32, and
+    Lightning's suggested `allow_tf32` makes matrix products TF32 too."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    ran = where_it_ran(fake_trainer(torch.device("cuda", 0), 2, "bf16-mixed"))
+    assert ran == {
+        "device": "cuda ×2",
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "precision": "bf16-mixed (matmul ieee, conv tf32)",
+    }
+    with ieee_float32():  # puts the flags back afterwards
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert float32_modes("cuda") == "matmul tf32, conv tf32"
+        torch.set_float32_matmul_precision("medium")
+        assert float32_modes("cpu").startswith("matmul bf16")  # oneDNN's bfloat16 products
 
 
 def test_result_row_needs_a_tested_model() -> None:

@@ -1,0 +1,179 @@
+"""`python -m benchmark.bench gpu`: what one CUDA machine does with a paper config, in one run.
+
+`python -m benchmark.bench gpu [--config experiments/cub200/circle.yaml] [--steps 200]
+[--warmup 20] [--workers N] [--case sop --case msmt17] [--skip train|loaders|eval]`
+
+Three sections, each next to a baseline measured in the same run:
+
+* train: the config's `MetricLearningModule` fitted by a Lightning Trainer (what `circlebench
+  fit` runs, without checkpoints and evaluation) on generated images of the config's size and
+  P×K (rendered once and served from memory, so the renderer does not limit it), in 32-true,
+  bf16-mixed, and bf16-mixed with channels-last; a bare PyTorch loop over the same loader (the
+  baseline); the same loop on one batch held on the GPU (no loading: the GPU's own training
+  images/s). Each with its GPU memory peak.
+* loaders: images/s of the training loaders alone with `--workers` processes (default: every
+  core), images generated as they are read and a folder of 400×300 JPEGs in the CUB layout,
+  against the GPU's training images/s: whether the machine's cores keep its GPU busy.
+* eval: `RetrievalEvaluator` on CUDA at SOP and MSMT17 size (`bench eval`'s data), each
+  arithmetic and faiss-gpu, its metrics checked equal to the CPU evaluator's, its time against
+  faiss-gpu's flat top-k, and its GPU memory peak.
+
+Without CUDA it says so and exits 0. The measuring lives in `benchmark.bench.gpu_runs`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from benchmark.bench.gpu_steps import Result, Step
+from benchmark.bench.timing import machine
+from benchmark.devices import float32_modes
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+DEFAULT_CONFIG = EXPERIMENTS / "cub200" / "circle.yaml"  # BN-Inception, 512-D, P=16 K=5, 224 px
+SECTIONS = ("train", "loaders", "eval")
+EVAL_PATHS = ("float32", "float16", "bfloat16", "auto", "faiss")  # int8 is a CPU shortlist
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark.bench gpu",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=DEFAULT_CONFIG,
+        help="a paper config (pair-wise labels): its model, P×K and size",
+    )
+    parser.add_argument("--steps", type=int, default=200, help="timed training steps per run")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed steps first")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="loader processes (default: every core)",
+    )
+    parser.add_argument(
+        "--case",
+        action="append",
+        choices=["sop", "msmt17"],
+        help="evaluation sizes (default: both)",
+    )
+    parser.add_argument(
+        "--subset", type=float, default=1.0, help="scale the evaluation sizes by this fraction"
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=2,
+        help="evaluation runs per path after the checked first one (median)",
+    )
+    parser.add_argument(
+        "--skip", action="append", choices=SECTIONS, default=[], help="leave a section out"
+    )
+    args = parser.parse_args(argv)
+    for name in ("steps", "repeat"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    for name in ("warmup", "workers"):  # 0 workers: loading in the main process
+        if getattr(args, name) < 0:
+            parser.error(f"--{name} must be >= 0, got {getattr(args, name)}")
+    if not args.config.is_file():
+        parser.error(f"--config {args.config}: no such file; pass an experiments/*/*.yaml")
+    return args
+
+
+def plan(args: argparse.Namespace) -> list[Step]:
+    """Every measurement of this run, in order."""
+    steps: list[Step] = []
+    if "train" not in args.skip:
+        steps += [
+            Step("train", "fit 32-true", "fit", "32-true"),
+            Step("train", "fit bf16-mixed", "fit", "bf16-mixed"),
+            Step("train", "fit bf16-mixed, channels-last", "fit", "bf16-mixed", True),
+            Step("train", "bare loop bf16, channels-last", "bare", "bf16-mixed", True),
+            Step("train", "compute only bf16, channels-last", "compute", "bf16-mixed", True),
+        ]
+    if "loaders" not in args.skip:
+        workers = f"{args.workers} workers"
+        steps += [
+            Step("loaders", f"generated images, {workers}", data="synthetic"),
+            Step("loaders", f"JPEG folder (CUB layout), {workers}", data="jpeg"),
+        ]
+    if "eval" not in args.skip:
+        for case in args.case or ["sop", "msmt17"]:
+            steps += [Step("eval", f"{case} {path}", case=case, path=path) for path in EVAL_PATHS]
+            steps.append(Step("eval", f"{case} faiss-gpu top-k", case=case, path="faiss-top-k"))
+    return steps
+
+
+def table(results: list[Result]) -> str:
+    """The figures as one table per section, each with its ratio to the section's baseline:
+    the bare loop (train), the GPU's compute-only rate (loaders), faiss-gpu top-k (eval)."""
+    by_loop = {r.step.loop: r.value for r in results if r.step.section == "train"}
+    bare, compute = by_loop.get("bare"), by_loop.get("compute")
+    lines: list[str] = []
+    for section in SECTIONS:
+        rows = [r for r in results if r.step.section == section]
+        if not rows:
+            continue
+        lines.append(f"-- {section} " + "-" * (70 - len(section)))
+        for r in rows:
+            gpu = f"  GPU peak {r.gpu_peak / 2**30:5.2f} GiB" if r.gpu_peak else ""
+            if section == "eval":
+                peer = _peer_seconds(results, r.step.case)
+                ratio = f"  x{peer / r.value:5.2f} vs faiss-gpu top-k" if peer else ""
+                same = {None: "", True: "  = CPU", False: "  DIFFERS FROM CPU"}[r.equal]
+                shown = f"{r.value:8.2f} s {ratio}{same}"
+            else:
+                base = bare if section == "train" else compute
+                what = "bare loop" if section == "train" else "GPU compute"
+                ratio = f"  {r.value / base:5.2f}x {what}" if base else ""
+                shown = f"{r.value:8.1f} images/s{ratio}"
+            lines.append(f"{r.step.name:44s}{shown}{gpu}{f'  {r.note}' if r.note else ''}")
+    busy = [r for r in results if r.step.section == "loaders"]
+    if busy and compute:
+        slowest = min(r.value for r in busy)
+        verdict = "yes" if slowest >= compute else "NO: the GPU waits for its loaders"
+        lines.append(f"loaders keep the GPU busy ({compute:.0f} images/s): {verdict}")
+    return "\n".join(lines)
+
+
+def _peer_seconds(results: list[Result], case: str) -> float | None:
+    found = [r.value for r in results if r.step.case == case and r.step.path == "faiss-top-k"]
+    return found[0] if found else None
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    if not torch.cuda.is_available():
+        print(
+            "bench gpu: torch sees no CUDA device here, so there is nothing to measure; run it "
+            "on a CUDA machine (`python -m benchmark.bench train|eval|data` measure the CPU)"
+        )
+        return
+    from benchmark.bench import gpu_runs  # imports Lightning and the datamodules
+
+    print(machine())
+    device = torch.device("cuda")
+    print(
+        f"GPU {torch.cuda.get_device_name(device)}, torch CUDA {torch.version.cuda}, "
+        f"float32 {float32_modes('cuda')}; config {args.config}"
+    )
+    steps = plan(args)
+    print(f"plan ({len(steps)} measurements): " + "; ".join(s.name for s in steps))
+    start, results = time.perf_counter(), []
+    runner = gpu_runs.Runner(args, device)
+    for step in steps:
+        results.append(runner.run(step))
+        r = results[-1]
+        print(f"  {step.name}: {r.value:.2f} ({time.perf_counter() - start:.0f} s so far)")
+    print(table(results))
+    print(f"bench gpu took {time.perf_counter() - start:.0f} s")

@@ -1,0 +1,194 @@
+"""The measuring side of `python -m benchmark.bench gpu`: each planned step, on its device.
+
+`bench gpu` runs it on CUDA; every step also runs on the CPU (the tests check the wiring there,
+on small sizes), since nothing here but the timings depends on the device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from benchmark.bench.data import images_per_second, write_jpeg_folder
+from benchmark.bench.eval import CASES, faiss_top_k, make_data, scaled_case
+from benchmark.bench.gpu_steps import Result, Step
+from benchmark.bench.timing import gpu_peak
+from benchmark.bench.train import bare_images_per_s, lightning_images_per_s, repeat
+from benchmark.evaluation import RetrievalEvaluator
+from benchmark.training.cli import CircleBenchCLI
+from benchmark.training.module import MetricLearningModule
+from datamodules import CUB200DataModule, SyntheticDataModule
+from datamodules.base import RetrievalDataModule, Split
+
+_LOADER_BATCHES = 20  # batches per timed pass of a loader
+
+
+class PreRenderedDataModule(SyntheticDataModule):
+    """Generated images rendered once and served from memory: the fits then time training, not
+    the renderer (the `loaders` section times rendering and JPEG decoding on their own)."""
+
+    def make_dataset(self, split: Split, *, train: bool) -> Dataset:
+        rendered = super().make_dataset(split, train=train)
+        return InMemory([rendered[i] for i in range(len(split))])
+
+
+class InMemory(Dataset):
+    """Items held in a list (loader workers share them through fork)."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.items[i]
+
+
+class Runner:
+    """Measures `Step`s on `device`; builds the model afresh for every training run (same seed)
+    and keeps each evaluation case's data and CPU answer for its paths."""
+
+    def __init__(self, args: argparse.Namespace, device: torch.device) -> None:
+        self.args, self.device = args, device
+        self._cases: dict[str, tuple[dict[str, Any], dict[str, float]]] = {}
+        self._tmp = tempfile.TemporaryDirectory()
+        self.kind = device.type
+        torch.backends.cudnn.benchmark = True  # fixed shapes: cuDNN picks its fastest kernels
+
+    def run(self, step: Step) -> Result:
+        if step.section == "train":
+            return self._train(step)
+        if step.section == "loaders":
+            return self._loader(step)
+        return self._evaluate(step)
+
+    # ---- training ----------------------------------------------------------------------------
+    def _model(self, channels_last: bool) -> tuple[MetricLearningModule, RetrievalDataModule]:
+        """The config's module (seeded) and generated data of its P×K and image size."""
+        torch.manual_seed(0)
+        cli = CircleBenchCLI(
+            ["--config", str(self.args.config), "--wandb=false",
+             f"--trainer.default_root_dir={self._tmp.name}"],
+            run=False,
+        )  # fmt: skip
+        module, images = cli.model, cli.datamodule
+        if channels_last:  # convolutions then run NHWC, the layout tensor cores want
+            module = module.to(memory_format=torch.channels_last)
+        data = PreRenderedDataModule(
+            mode="fine_grained" if images.protocol == "same_set" else "reid",
+            num_train_classes=2 * images.p,
+            num_test_classes=2,
+            images_per_class=2 * images.k,
+            p=images.p,
+            k=images.k,
+            image_size=images.image_size,
+            num_workers=self.args.workers,
+            batches_per_epoch=self.args.steps + self.args.warmup,
+        )
+        return module, data
+
+    def _train(self, step: Step) -> Result:
+        module, data = self._model(step.channels_last)
+        steps, warmup = self.args.steps, self.args.warmup
+        if step.loop == "fit":
+            rate, peak = gpu_peak(
+                lambda: lightning_images_per_s(
+                    module, data, steps, warmup, accelerator=self.kind, devices=1,
+                    precision=step.precision,
+                ),
+                self.kind,
+            )  # fmt: skip
+            return Result(step, rate, peak)
+        module.to(self.device)
+        data.setup("fit")
+        loader = self._pinned(data.train_dataloader())
+        batches: Any = loader
+        if step.loop == "compute":  # one batch on the GPU: no loading at all
+            images, labels, cameras = next(iter(loader))
+            batches = repeat((images.to(self.device), labels.to(self.device), cameras))
+        autocast = torch.bfloat16 if step.precision == "bf16-mixed" else None
+        rate, peak = gpu_peak(
+            lambda: bare_images_per_s(
+                module.embedder, module.loss, batches, steps, warmup, autocast=autocast
+            ),
+            self.kind,
+        )
+        return Result(step, rate, peak)
+
+    # ---- loaders -----------------------------------------------------------------------------
+    def _loader(self, step: Step) -> Result:
+        _, held = self._model(channels_last=False)
+        data: RetrievalDataModule = SyntheticDataModule(  # rendered as it is read
+            p=held.p, k=held.k, image_size=held.image_size, num_workers=self.args.workers,
+            batches_per_epoch=held.batches_per_epoch,
+        )  # fmt: skip
+        if step.data == "jpeg":
+            root = write_jpeg_folder(Path(self._tmp.name) / "jpeg", classes=32, per_class=20)
+            data = CUB200DataModule(
+                root, train_classes=31, p=held.p, k=held.k,
+                image_size=held.image_size, num_workers=self.args.workers,
+            )  # fmt: skip
+        data.setup("fit")
+        loader = self._pinned(data.train_dataloader())
+        batches = min(_LOADER_BATCHES, len(loader))
+        return Result(step, images_per_second(loader, batches, repeat=3))
+
+    # ---- evaluation --------------------------------------------------------------------------
+    def _case(self, name: str) -> tuple[dict[str, Any], dict[str, float]]:
+        """The case's data and the CPU evaluator's metrics of it (computed once)."""
+        if name not in self._cases:
+            case = scaled_case(CASES[name], self.args.subset)
+            data = make_data(case)
+            kwargs = {k: v for k, v in data.items() if v is not None}
+            cpu = RetrievalEvaluator(case.protocol, case.ks, case.metrics, device="cpu")  # type: ignore[arg-type]
+            start = time.perf_counter()
+            answer = cpu.evaluate(**kwargs)
+            seconds = time.perf_counter() - start
+            print(f"  {name} on the CPU ({cpu.last_backend}): {seconds:.1f} s, the reference")
+            self._cases[name] = (data, answer)
+        return self._cases[name]
+
+    def _evaluate(self, step: Step) -> Result:
+        case = scaled_case(CASES[step.case], self.args.subset)
+        data, answer = self._case(step.case)
+        if step.path == "faiss-top-k":
+            run = lambda: faiss_top_k(case, data, self.kind)  # noqa: E731
+            _, peak = gpu_peak(run, self.kind)  # also the warm-up
+            return Result(step, self._median(run), peak)
+        backend = "faiss" if step.path == "faiss" else "torch"
+        ev = RetrievalEvaluator(
+            case.protocol, case.ks, case.metrics, backend=backend, device=self.kind,  # type: ignore[arg-type]
+            arithmetic="auto" if backend == "faiss" else step.path,  # type: ignore[arg-type]
+        )  # fmt: skip
+        kwargs = {k: v for k, v in data.items() if v is not None}
+        got, peak = gpu_peak(lambda: ev.evaluate(**kwargs), self.kind)  # also the warm-up
+        seconds = self._median(lambda: ev.evaluate(**kwargs))
+        return Result(step, seconds, peak, got == answer, ev.last_backend)
+
+    def _median(self, fn: Any) -> float:
+        times = []
+        for _ in range(self.args.repeat):
+            start = time.perf_counter()
+            fn()
+            if self.kind == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    def _pinned(self, loader: DataLoader) -> DataLoader:
+        """`loader` with page-locked batches on CUDA, as a Trainer there gets them."""
+        return DataLoader(
+            loader.dataset,
+            batch_sampler=loader.batch_sampler,
+            num_workers=loader.num_workers,
+            persistent_workers=loader.num_workers > 0,
+            pin_memory=self.kind == "cuda",
+        )
