@@ -2,11 +2,12 @@
 tasks, and the jobs' states from Slurm's accounting (`sacct`).
 
 Generic over what a task runs (`slurm_tasks`): a leaderboard cell, or any picklable callable
-such as a tuning worker (`submit_copies`, then `wait_for_jobs`). One array task is one Slurm job of
-`nodes × tasks_per_node` Slurm tasks, each running the same callable: one Lightning process per
-GPU, which `pytorch_lightning` ranks through its `SLURMEnvironment` (a cell on several GPUs or
-nodes stays Lightning's job). The jobs run in the submitting directory, with the submitting
-interpreter and this checkout first on `PYTHONPATH`, so the file system must be shared.
+such as a tuning worker (`CallTask`s to `submit_array`, then `wait_for_jobs`). One array task is
+one Slurm job of `nodes × tasks_per_node` Slurm tasks, each running the same callable: one
+Lightning process per GPU, which `pytorch_lightning` ranks through its `SLURMEnvironment` (a
+cell on several GPUs or nodes stays Lightning's job), or one process for `one_task` (a tuning
+worker). The jobs run in the submitting directory, with the submitting interpreter and this
+checkout first on `PYTHONPATH`, so the file system must be shared.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ import submitit
 from submitit.core.utils import FailedJobError
 from submitit.slurm.slurm import SlurmInfoWatcher, _make_sbatch_string
 
-from benchmark.leaderboard.slurm_tasks import CallTask, SlurmTask
+from benchmark.leaderboard.slurm_tasks import SlurmTask
 
 CODE_ROOT = Path(__file__).resolve().parents[2]  # the checkout the jobs import
 # Requeues after Slurm's signal before the time limit: a cell longer than the partition's time
@@ -50,6 +51,8 @@ class SlurmOptions:
             submitit's default.
         extra: more `#SBATCH --KEY=VALUE` lines (`account`, `qos`, `mem`, `constraint`, ...);
             the value True writes a bare `--KEY`.
+        one_task: one Slurm task per job whatever its GPUs, for a process that starts its own
+            (a tuning worker forks its fit runs); else one per GPU (a cell's DDP ranks).
     """
 
     partition: str | None = None
@@ -60,6 +63,7 @@ class SlurmOptions:
     max_parallel: int | None = None
     extra: dict[str, str | bool] = field(default_factory=dict)
     name: str = "circlebench"
+    one_task: bool = False
 
     def __post_init__(self) -> None:
         limits: list[tuple[str, int | None, int]] = [("gpus", self.gpus, 0)]
@@ -76,8 +80,8 @@ class SlurmOptions:
 
     @property
     def tasks_per_node(self) -> int:
-        """Slurm tasks per node: one Lightning process per GPU, one on CPUs."""
-        return max(1, self.gpus)
+        """Slurm tasks per node: one Lightning process per GPU, one on CPUs or for `one_task`."""
+        return 1 if self.one_task else max(1, self.gpus)
 
     def trainer_args(self) -> list[str]:
         """The `--trainer.*` options that make Lightning use what the job asks Slurm for; none
@@ -148,24 +152,6 @@ def submit_array(
             "--slurm-option values against `sinfo` and your cluster's documentation"
         ) from error
     return [job.job_id for job in jobs]
-
-
-def submit_copies(
-    function: Callable[[], object],
-    copies: int,
-    folder: Path,
-    logs: Path,
-    options: SlurmOptions,
-    threads: int | None = None,
-) -> list[str]:
-    """Run `copies` copies of `function` as one job array (tuning workers sharing one Optuna
-    journal file on the shared file system); their job ids. Copy `i` logs to `logs/<i>.log`.
-
-    A command line is `functools.partial(main, argv)`. `function` must be picklable and must
-    itself be safe to run twice at once and to restart (Slurm requeues a preempted job).
-    """
-    tasks = [CallTask(function, logs / f"{i}.log", threads) for i in range(copies)]
-    return submit_array(tasks, folder, options, threads)
 
 
 @dataclass(frozen=True)

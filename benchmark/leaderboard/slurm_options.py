@@ -16,39 +16,56 @@ DEFAULT_CPUS = 8  # without the suite's threads: the paper configs' 8 data loade
 
 def add_slurm_arguments(parser: argparse.ArgumentParser) -> None:
     """`--launcher`, `--status` and the Slurm request's options."""
-    parser.add_argument(
-        "--launcher",
-        choices=["local", "slurm"],
-        default="local",
-        help="where cells run: processes on this machine (default), or one Slurm job array "
-        "through submitit (the repository, results and Python environment on a file system "
-        "shared with the nodes)",
-    )
+    add_launcher_argument(parser, "cells")
     parser.add_argument(
         "--status",
         action="store_true",
         help="with --launcher slurm: show where each cell stands (row written, job pending, "
         "running or failed with its Slurm state and log); run nothing",
     )
+    add_slurm_request(parser, "cell", nodes=True)
+
+
+def add_launcher_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--launcher local|slurm` for a command that runs `what` (cells, tuning workers)."""
+    parser.add_argument(
+        "--launcher",
+        choices=["local", "slurm"],
+        default="local",
+        help=f"where {what} run: processes on this machine (default), or one Slurm job array "
+        "through submitit (the repository, results and Python environment on a file system "
+        "shared with the nodes)",
+    )
+
+
+def add_slurm_request(parser: argparse.ArgumentParser, unit: str, *, nodes: bool) -> None:
+    """The options of what each array task (a `unit`: cell, worker) asks Slurm for; `nodes`
+    adds `--nodes-per-<unit>` (a cell's DDP across nodes)."""
     slurm = parser.add_argument_group("Slurm (--launcher slurm)")
     slurm.add_argument("--partition", help="Slurm partition (default: the cluster's)")
-    slurm.add_argument(
-        "--gpus-per-cell",
-        type=int,
-        default=0,
-        help="GPUs per node of each cell: one Slurm task and Lightning process per GPU, and "
-        "--trainer.accelerator=gpu --trainer.devices=G added to the cell (default 0: CPUs)",
+    gpus_help = (
+        "GPUs per node of each cell: one Slurm task and Lightning process per GPU, and "
+        "--trainer.accelerator=gpu --trainer.devices=G added to the cell (default 0: CPUs)"
+        if nodes
+        else f"GPUs of each {unit}'s job, one Slurm task that sees them all; its fit runs use "
+        "them as their config says (e.g. -- --trainer.accelerator=gpu; default 0: CPUs)"
     )
+    slurm.add_argument(f"--gpus-per-{unit}", dest="slurm_gpus", type=int, default=0,
+                       help=gpus_help)  # fmt: skip
+    if nodes:
+        slurm.add_argument(
+            f"--nodes-per-{unit}",
+            dest="slurm_nodes",
+            type=int,
+            default=1,
+            help=f"nodes per {unit} (DDP across nodes, --trainer.num_nodes=N); needs "
+            f"--gpus-per-{unit}",
+        )
     slurm.add_argument(
-        "--nodes-per-cell",
+        f"--cpus-per-{unit}",
+        dest="slurm_cpus",
         type=int,
-        default=1,
-        help="nodes per cell (DDP across nodes, --trainer.num_nodes=N); needs --gpus-per-cell",
-    )
-    slurm.add_argument(
-        "--cpus-per-cell",
-        type=int,
-        help="CPUs per Slurm task (default: the suite's threads per cell, else "
+        help=f"CPUs per Slurm task (default: the {unit}'s threads, else "
         f"{DEFAULT_CPUS} for the data loader workers)",
     )
     slurm.add_argument(
@@ -56,14 +73,14 @@ def add_slurm_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_TIME_MIN,
         metavar="MIN",
-        help="time limit of one attempt of a cell, in minutes; a cell still training then is "
-        f"requeued and resumes from its last epoch (default {DEFAULT_TIME_MIN})",
+        help=f"time limit of one attempt of a {unit}, in minutes; one still running then is "
+        f"requeued and resumes (default {DEFAULT_TIME_MIN})",
     )
     slurm.add_argument(
         "--max-parallel",
         type=int,
         metavar="N",
-        help="cells running at once (the job array's throttle; default 256, submitit's)",
+        help=f"{unit}s running at once (the job array's throttle; default 256, submitit's)",
     )
     slurm.add_argument(
         "--slurm-option",
@@ -94,11 +111,16 @@ def slurm_launcher(
 
 
 def slurm_options(
-    args: argparse.Namespace, parser: argparse.ArgumentParser, *, name: str, threads: int | None
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+    *,
+    name: str,
+    threads: int | None,
+    one_task: bool = False,
 ) -> SlurmOptions:
-    """The request that the Slurm options of `add_slurm_arguments` ask for each task (a cell,
-    a tuning worker) of a job array named `name` whose tasks use `threads` CPU threads; a usage
-    error (`parser.error`) for values Slurm cannot run."""
+    """The request that the options of `add_slurm_request` ask for each task (a cell, a
+    tuning worker: `one_task`) of a job array named `name` whose tasks use `threads` CPU
+    threads; a usage error (`parser.error`) for values Slurm cannot run."""
     extra: dict[str, str | bool] = {}
     for option in args.slurm_option:
         key, equals, value = option.partition("=")
@@ -111,13 +133,14 @@ def slurm_options(
     try:
         return SlurmOptions(
             partition=args.partition,
-            gpus=args.gpus_per_cell,
-            nodes=args.nodes_per_cell,
-            cpus=args.cpus_per_cell or threads or DEFAULT_CPUS,
+            gpus=args.slurm_gpus,
+            nodes=getattr(args, "slurm_nodes", 1),
+            cpus=threads or DEFAULT_CPUS if args.slurm_cpus is None else args.slurm_cpus,
             time_min=args.time,
             max_parallel=args.max_parallel,
             extra=extra,
             name=name,
+            one_task=one_task,
         )
     except ValueError as error:
         parser.error(str(error))

@@ -11,7 +11,8 @@ Two ways to name what is tuned:
   tuned setting to `experiments/tuned/<group>/`, where the suite's tuned cells read it.
 
 A study resumes where it stopped (run the same command again), `--workers` run trials in
-parallel, and several `tune` processes may share one journal file. `optuna-dashboard
+parallel, and several `tune` processes may share one journal file. With `--launcher slurm` the
+workers are the tasks of one Slurm job array (`on_slurm`). `optuna-dashboard
 <journal>` opens it. See docs/guides/tuning.md.
 """
 
@@ -31,10 +32,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from benchmark.leaderboard.runner import end_running_cells, run_forked, terminal_console
+from benchmark.leaderboard.slurm_options import (
+    add_launcher_argument,
+    add_slurm_request,
+    slurm_options,
+)
 from benchmark.leaderboard.suite import Group, load_suite
-from benchmark.tuning.experiment import Budget, parse_experiment
+from benchmark.tuning.experiment import Budget, Experiment, parse_experiment
 from benchmark.tuning.history import log_history
 from benchmark.tuning.objective import run_trial
+from benchmark.tuning.on_slurm import tune_on_slurm
 from benchmark.tuning.space import load_space, space_path
 from benchmark.tuning.study import (
     Heartbeat,
@@ -91,7 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--space", type=Path, help="search space (default experiments/spaces/)")
     parser.add_argument("--storage", help="journal file or RDB URL (default results/tuning/)")
     parser.add_argument("--study", help="study name (default: the config stem)")
-    parser.add_argument("--workers", type=int, default=1, help="trials run at once (default 1)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="trials run at once (default 1); with --launcher slurm, the array tasks per study, "
+        "each running one trial at a time",
+    )
     parser.add_argument(
         "--threads", type=int, default=1, help="CPU threads per fold run (default 1)"
     )
@@ -101,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-wandb", action="store_true", help="do not log the history to W&B (offline by default)"
     )
+    add_launcher_argument(parser, "the workers")
+    add_slurm_request(parser, "worker", nodes=False)
     return parser
 
 
@@ -120,15 +135,33 @@ def main(argv: list[str] | None = None) -> None:
         )
     except (KeyError, ValueError, FileNotFoundError) as error:
         parser.error(str(error.args[0]))
+    options = (
+        slurm_options(args, parser, name="circlebench-tune", threads=args.threads, one_task=True)
+        if args.launcher == "slurm"
+        else None
+    )
     console = terminal_console()
+    short: dict[str, str] = {}
+    if options is not None:
+        short = tune_on_slurm(tasks, args.workers, args.threads, options, console)
     for task in tasks:
-        tune(task, workers=args.workers, threads=args.threads, console=console)
+        if task.study in short:
+            continue
+        if options is not None:
+            conclude(task, console)
+        else:
+            tune(task, workers=args.workers, threads=args.threads, console=console)
         if not args.no_wandb:
             summary = task.files.read_summary()
             trials = pd.read_csv(task.files.trials, keep_default_na=False)
             why = log_history(task.study, summary or {}, trials, task.work_dir)
             if why is not None:
                 console.print(f"W&B: history of {task.study} not logged ({why})")
+    if short:
+        raise SystemExit(
+            "studies short of their budget:\n"
+            + "\n".join(f"  {study}: {why}" for study, why in short.items())
+        )
 
 
 def config_task(args: argparse.Namespace, fit_overrides: list[str]) -> Task:
@@ -249,6 +282,17 @@ def tune(task: Task, *, workers: int, threads: int, console: Console) -> dict:
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+    return _write(task, study, experiment, console)
+
+
+def conclude(task: Task, console: Console) -> dict:
+    """Write the tuned files of `task`'s study, whose trials ran elsewhere (Slurm)."""
+    experiment = parse_experiment(task.config, task.overrides, load_space(task.space))
+    study = create_study(task.study, open_storage(task.storage), task.budget)
+    return _write(task, study, experiment, console)
+
+
+def _write(task: Task, study: optuna.Study, experiment: Experiment, console: Console) -> dict:
     summary = write_tuned(study, experiment, task.budget, task.files)
     best, trials = summary["best"], summary["trials"]
     console.print(

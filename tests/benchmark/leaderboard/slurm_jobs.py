@@ -1,5 +1,5 @@
 """What the Slurm tests run inside jobs: callbacks put in cells (as `--trainer.callbacks`) that
-cause faults at a known point of training instead of a timed one, and a tuning worker.
+cause faults at a known point of training instead of a timed one.
 
 The callbacks do nothing outside a Slurm job, so a local run of the same cell is the
 uninterrupted reference.
@@ -58,17 +58,3 @@ class WaitForFile(Callback):
         deadline = time.monotonic() + WAIT_S
         while not self.path.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-
-
-def tuning_worker(journal: str, trials: int) -> None:
-    """Run `trials` Optuna trials of a toy objective in the study stored in `journal`, a
-    journal file that every worker of the array shares."""
-    import optuna
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    storage = JournalStorage(JournalFileBackend(journal))
-    study = optuna.create_study(study_name="toy", storage=storage, load_if_exists=True)
-    task = os.environ.get("SLURM_ARRAY_TASK_ID", "?")
-    study.optimize(lambda t: (t.suggest_float("x", -1, 1) - 0.5) ** 2, n_trials=trials)
-    print(f"worker {task}: {trials} trials done in {journal}")

@@ -1,11 +1,10 @@
 """The Slurm launcher against a real one-node Slurm (`conftest.slurm`): a suite's rows equal the
 local launcher's, a requeued cell resumes from its last checkpoint, a rerun submits nothing,
 `--check` reruns on Slurm, a cancelled cell is reported and alone resubmitted, jobs outlive a
-killed leaderboard and the next run picks them up, tuning workers share one journal."""
+killed leaderboard and the next run picks them up, two `tune` workers share one journal."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
@@ -19,16 +18,18 @@ from pathlib import Path
 import optuna
 import pandas as pd
 import pytest
-from optuna.storages import JournalStorage
-from optuna.storages.journal import JournalFileBackend
 
 from benchmark.leaderboard import command as leaderboard
 from benchmark.leaderboard import slurm_cells
-from benchmark.leaderboard.slurm import SlurmOptions, job_states, submit_copies, wait_for_jobs
+from benchmark.leaderboard.slurm import SlurmOptions, job_states, submit_array
 from benchmark.leaderboard.slurm_cells import read_ledger
+from benchmark.leaderboard.slurm_tasks import CallTask
 from benchmark.training.results import read_results
+from benchmark.tuning import on_slurm
+from benchmark.tuning.command import main as tune
+from benchmark.tuning.study import open_storage
 from tests.benchmark.leaderboard.slurm_cluster import SlurmCluster
-from tests.benchmark.leaderboard.slurm_jobs import tuning_worker
+from tests.benchmark.tuning.test_command import tiny_frozen, tune_args, weights  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[3]
 FINE = REPO / "experiments" / "synthetic" / "fine_grained"
@@ -196,26 +197,39 @@ def test_cancelled_cell_and_killed_leaderboard(
     assert sorted(read_results(work / "rows.csv")["cell_id"]) == cells  # one row each
 
 
-def test_two_tuning_workers_share_one_journal(slurm: SlurmCluster, tmp_path: Path) -> None:
-
-    journal = tmp_path / "study.journal"
-    worker = functools.partial(tuning_worker, str(journal), 3)
-    options = SlurmOptions(cpus=1, time_min=10, name="tune-test")
-    jobs = submit_copies(worker, 2, tmp_path / "slurm", tmp_path / "logs", options, threads=1)
-    assert len(jobs) == 2 and jobs[0].split("_")[1] == "0"
-    ended = wait_for_jobs(jobs, poll_s=1.0)
-    assert [state.state for state in ended.values()] == ["COMPLETED", "COMPLETED"]
-    study = optuna.load_study(
-        study_name="toy", storage=JournalStorage(JournalFileBackend(str(journal)))
-    )
+def test_two_tuning_workers_share_one_journal(
+    slurm: SlurmCluster,
+    tmp_path: Path,
+    weights: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture,
+) -> None:
+    """`tune --launcher slurm --workers 2`: two array tasks on one journal run the budget's
+    trials, each once, and the submitting process writes the tuned files."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(on_slurm, "POLL_S", 1.0)
+    budget = ["--trials", "3", "--folds", "2", "--epochs", "1", "--workers", "2"]
+    slurm_args = ["--no-wandb", "--launcher", "slurm", "--time", "10"]
+    tune([*tune_args(tmp_path, "triplet", *budget), "--output", str(tmp_path), *slurm_args,
+          "--", *tiny_frozen(weights, tmp_path / "c")])  # fmt: skip
+    out = capfd.readouterr().out
+    assert "submitted 2 tuning worker(s) as Slurm job array" in out and "FAIL" not in out
+    storage = open_storage(str(tmp_path / "study.journal"))
+    study = optuna.load_study(study_name="triplet", storage=storage)
     trials = study.get_trials()
-    assert sorted(t.number for t in trials) == list(range(6))  # no trial twice, none lost
-    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 3  # not one more
+    assert len({json.dumps(t.params, sort_keys=True) for t in trials}) == 3
+    work = tmp_path / "results/tuning/triplet"
+    assert sorted(p.name for p in work.glob("trial*")) == [f"trial{i:04d}" for i in range(3)]
+    for trial in work.glob("trial*"):  # each trial's folds ran once, by one worker
+        assert sorted(p.name for p in trial.glob("fold*.log")) == ["fold0.log", "fold1.log"]
     for i in range(2):
-        assert f"worker {i}: 3 trials done" in (tmp_path / f"logs/{i}.log").read_text()
+        assert "budget of 3 trials spent" in (work / f"workers/{i}.log").read_text()
+    assert json.loads((tmp_path / "triplet.json").read_text())["trials"]["complete"] == 3
+    assert (tmp_path / "triplet.yaml").is_file()
 
 
 def test_sbatch_refusing_the_array_says_what_to_check(slurm: SlurmCluster, tmp_path: Path) -> None:
     options = SlurmOptions(partition="no_such_partition")
     with pytest.raises(SystemExit, match=r"sbatch refused the job array: .*partition"):
-        submit_copies(print, 1, tmp_path / "slurm", tmp_path / "logs", options)
+        submit_array([CallTask(print, tmp_path / "log", None)], tmp_path / "slurm", options, None)

@@ -88,6 +88,7 @@ def test_slurm_options_refuse_what_cannot_run(kwargs: dict, message: str) -> Non
         (["--launcher", "slurm", "--slurm-option=--account=x"], "expected KEY=VALUE"),
         (["--launcher", "slurm", "--slurm-option", "mem="], "expected KEY=VALUE"),
         (["--launcher", "slurm", "--nodes-per-cell", "2"], "give it GPUs"),
+        (["--launcher", "slurm", "--cpus-per-cell", "0"], "Slurm cpus must be at least 1, got 0"),
     ],
 )
 def test_launcher_options_that_do_not_fit_are_usage_errors(

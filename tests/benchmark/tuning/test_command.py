@@ -202,6 +202,17 @@ def _complete(journal: Path) -> int:
         (["--config", str(FROZEN / "circle.yaml"), "--group", "g"], r"go with --suite"),
         (["--config", str(FROZEN / "circle.yaml"), "--folds", "1"], r"folds must be >= 2"),
         (["--config", str(FROZEN / "circle.yaml"), "--workers", "0"], r"--workers and --threads"),
+        (
+            [
+                "--config",
+                str(FROZEN / "circle.yaml"),
+                "--launcher",
+                "slurm",
+                "--cpus-per-worker",
+                "0",
+            ],
+            r"Slurm cpus must be at least 1, got 0",
+        ),
     ],
 )
 def test_bad_commands_are_explained(

@@ -1,0 +1,112 @@
+"""`circlebench tune --launcher slurm --workers W`: W study workers per study as Slurm array tasks.
+
+Every array task runs the same loop as a local worker (`study.work`) on the study's storage,
+which must be on the file system shared with the nodes: the journal file and the budget's
+symlink lock beside it are what keeps two workers from running one trial and all of them
+within the budget, across nodes. A task's fit runs are forked on its own node (`run_forked`),
+one trial at a time. The submitting process creates the study (and its default trial) before
+submitting, waits for the array, then writes the tuned files alone: workers never write them,
+so no two processes race on them. A worker requeued by Slurm (preemption, time limit) starts
+again; the trial it was running is failed as interrupted by the next worker that looks (its
+process is gone, or its heartbeat is stale) and its setting is tried again, once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import optuna
+from rich.console import Console
+
+from benchmark.leaderboard.runner import run_forked
+from benchmark.leaderboard.slurm import SlurmOptions, submit_array, wait_for_jobs
+from benchmark.leaderboard.slurm_tasks import CallTask
+from benchmark.tuning.experiment import parse_experiment
+from benchmark.tuning.objective import run_trial
+from benchmark.tuning.space import load_space
+from benchmark.tuning.study import Heartbeat, counted, create_study, enqueue_default, open_storage
+from benchmark.tuning.study import work as study_work
+
+if TYPE_CHECKING:
+    from benchmark.tuning.command import Task
+
+POLL_S = 10.0  # between two sacct calls while the workers run
+FOLDER = Path("results/tuning/slurm")  # submitit's files of each job
+
+
+def worker(task: Task, threads: int, index: int) -> None:
+    """What array task `index` runs: trials of `task`'s study until its budget is spent.
+
+    Its sampler's seed is the budget's plus `index`: workers in separate processes seeded
+    alike would draw the same random settings (the local workers are threads of one sampler).
+    """
+    experiment = parse_experiment(task.config, task.overrides, load_space(task.space))
+    seeded = dataclasses.replace(task.budget, sampler_seed=task.budget.sampler_seed + index)
+    study = create_study(task.study, open_storage(task.storage), seeded)
+
+    def objective(trial: optuna.Trial) -> float:
+        return run_trial(trial, experiment, task.budget, task.work_dir, run_forked, threads)
+
+    def done(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        why = trial.user_attrs.get("error", "")
+        print(f"trial {trial.number} {trial.state.name} {trial.value or ''} {why}", flush=True)
+
+    with Heartbeat() as beat:
+        stop = threading.Event()  # a Slurm job is stopped by Slurm, not by Ctrl-C
+        study_work(study, task.storage, task.budget, objective, beat, stop=stop, done=done)
+    print(f"{task.study}: budget of {task.budget.trials} trials spent", flush=True)
+
+
+def worker_log(task: Task, index: int) -> Path:
+    """Where worker `index` of `task`'s study writes its output."""
+    return task.work_dir / "workers" / f"{index}.log"
+
+
+def tune_on_slurm(
+    tasks: list[Task], workers: int, threads: int, options: SlurmOptions, console: Console
+) -> dict[str, str]:
+    """Run `workers` workers of each study as one Slurm job array and wait for them; why a
+    study did not reach its budget (a worker's Slurm state and log), by study name."""
+    for task in tasks:  # before any job: the default setting comes first, once
+        experiment = parse_experiment(task.config, task.overrides, load_space(task.space))
+        study = create_study(task.study, open_storage(task.storage), task.budget)
+        assert experiment.defaults is not None  # parse_experiment reads them
+        enqueue_default(study, task.storage, experiment.defaults)
+        console.print(f"[bold]{task.study}[/]: {task.budget.describe()}; storage {task.storage}")
+    calls = [
+        (task, worker_log(task, i), functools.partial(worker, task, threads, i))
+        for task in tasks
+        for i in range(workers)
+    ]
+    array = [CallTask(function, log, threads) for _, log, function in calls]
+    jobs = submit_array(array, FOLDER, options, threads)
+    console.print(f"submitted {len(jobs)} tuning worker(s) as Slurm job array "
+                  f"{jobs[0].split('_')[0]}; waiting for them")  # fmt: skip
+    try:
+        ended = wait_for_jobs(jobs, poll_s=POLL_S)
+    except KeyboardInterrupt:
+        console.print("stopped waiting: the workers go on in Slurm; run the same command again "
+                      "to wait for the study and write its tuned files")  # fmt: skip
+        raise
+    failed: dict[str, list[str]] = {}
+    for (task, log, _), job in zip(calls, jobs, strict=True):
+        if ended[job].state != "COMPLETED":
+            line = f"worker {ended[job].describe()}; log: {log}"
+            console.print(f"[red]FAIL[/] {task.study}: {line}", soft_wrap=True)
+            failed.setdefault(task.study, []).append(line)
+    short: dict[str, str] = {}
+    for task in tasks:
+        study = create_study(task.study, open_storage(task.storage), task.budget)
+        running = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
+        finished = counted(study) - running  # RUNNING now: their workers are gone
+        if finished < task.budget.trials:
+            workers_said = "; ".join(failed.get(task.study, [])) or "no worker failed"
+            short[task.study] = (
+                f"{finished} of {task.budget.trials} trials finished ({workers_said}); run the "
+                "same command again to resume: interrupted trials are tried again"
+            )
+    return short
