@@ -2,7 +2,7 @@
 
 A plain `nn.Module` with `forward(embeddings [B, D], labels [B]) -> scalar`, nothing of
 circlebench's: it enters the comparison through `losses.ExternalLoss`
-(`experiments/examples/frozen_proxy_nca.yaml`), which trains its proxies at the loss lr. Any
+(`experiments/examples/proxy_nca.yaml`), which trains its proxies at the loss lr. Any
 class in an importable file works the same way; this file is importable as
 `experiments.examples.proxy_nca` from the repository root.
 """

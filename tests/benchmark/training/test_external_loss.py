@@ -66,7 +66,7 @@ def test_a_pml_loss_that_hides_its_class_count_is_not_misread() -> None:
 
 
 def test_fast_dev_run_fit_of_a_user_module_from_a_yaml(tmp_path: Path, weights: Path) -> None:
-    config = EXAMPLES / "frozen_proxy_nca.yaml"
+    config = EXAMPLES / "proxy_nca.yaml"
     (row,) = circlebench(
         tmp_path, weights, "fit", config, "--trainer.fast_dev_run=1", *SMALL,
         f"{WRAPPED}.embedding_dim=256",
@@ -79,7 +79,7 @@ def test_fast_dev_run_fit_of_a_user_module_from_a_yaml(tmp_path: Path, weights: 
 
 def test_fast_dev_run_fit_of_pml_proxy_anchor(tmp_path: Path, weights: Path) -> None:
     pml_losses()
-    config = EXAMPLES / "frozen_proxy_anchor.yaml"
+    config = EXAMPLES / "proxy_anchor.yaml"
     (row,) = circlebench(
         tmp_path, weights, "fit", config, "--trainer.fast_dev_run=1", *SMALL,
         f"{WRAPPED}.embedding_size=256", f"{WRAPPED}.margin=0.2",
@@ -94,7 +94,7 @@ def test_a_wrapped_class_count_is_checked_against_the_data_in_fit(tmp_path, weig
     # 30 training classes; the loss keeps the example's 400
     with pytest.raises(ValueError, match=rf"set {re.escape(WRAPPED)}\.num_classes=30$"):
         circlebench(
-            tmp_path, weights, "fit", EXAMPLES / "frozen_proxy_nca.yaml",
+            tmp_path, weights, "fit", EXAMPLES / "proxy_nca.yaml",
             "--trainer.fast_dev_run=1", f"{WRAPPED}.embedding_dim=256",
             "--data.init_args.images.init_args.num_train_classes=30",
         )  # fmt: skip
