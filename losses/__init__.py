@@ -5,6 +5,7 @@ from losses.center import CenterLoss
 from losses.circle import CircleLoss
 from losses.contrastive import ContrastiveLoss
 from losses.copernican import CopernicanLoss
+from losses.external import ExternalLoss
 from losses.lifted import LiftedStructureLoss
 from losses.multi_similarity import MultiSimilarityLoss
 from losses.npair import NPairLoss
@@ -23,6 +24,7 @@ __all__ = [
     "ContrastiveLoss",
     "CopernicanLoss",
     "CosFaceLoss",
+    "ExternalLoss",
     "LiftedStructureLoss",
     "MetricLoss",
     "MultiSimilarityLoss",

@@ -21,6 +21,8 @@ one exported in `losses.__all__` against this list:
    the valid range and the paper's setting. Class-level losses own their proxies or classifier
    as parameters (the optimiser sees them through the module) and centres as buffers.
 6. The loss is computed in fp32 (fp64 for fp64 inputs) with autocast off inside it.
+7. `name` is what results rows, run folders and W&B call it: the class name, except for
+   `ExternalLoss`, which takes the name of the module it wraps (`losses/external.py`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ class MetricLoss(nn.Module, ABC):
     @abstractmethod
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """Scalar loss of a batch; fills `last_stats`."""
+
+    @property
+    def name(self) -> str:
+        """What results rows, run folders and W&B call this loss: its class name."""
+        return type(self).__name__
 
     def check_batch(self, embeddings: Tensor, labels: Tensor) -> None:
         """ValueError naming this loss unless embeddings [B, D] are finite, B >= 1, labels [B]."""

@@ -14,9 +14,9 @@ import json
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from pytorch_lightning.cli import LightningCLI
+from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import Logger
 
 from benchmark.training.checkpoints import (
@@ -44,6 +44,8 @@ from benchmark.training.results import (
     save_similarities,
 )
 from datamodules.base import RetrievalDataModule
+from losses import ExternalLoss
+from losses.external import PML_INSTALL, pml_installed
 
 BASE_CONFIG = Path(__file__).resolve().parents[2] / "experiments" / "base.yaml"
 # Options that change where and how a run is recorded, not what it computes: not hashed.
@@ -67,6 +69,24 @@ UNHASHED = {
 }
 
 
+class CircleBenchParser(LightningArgumentParser):
+    """LightningCLI's parser, whose errors about a loss class say how to make it work."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        hints = []
+        if "pytorch_metric_learning" in message and not pml_installed():
+            hints.append(f"pytorch-metric-learning is not installed: {PML_INSTALL}")
+        if "does not correspond to a subclass of MetricLoss" in message:
+            hints.append(
+                "a loss module of your own or from pytorch-metric-learning enters through the "
+                "adapter: --model.loss=losses.ExternalLoss --model.loss.init_args.loss=CLASS_PATH "
+                "(docs/extending/external-losses.md)"
+            )
+        # A nested parser (the adapter's own arguments) may have added them already.
+        message += "".join(f"\n{hint}" for hint in hints if hint not in message)
+        super().error(message, ex)
+
+
 class CircleBenchCLI(LightningCLI):
     """LightningCLI over `MetricLearningModule` and any `RetrievalDataModule`, recording results."""
 
@@ -86,6 +106,7 @@ class CircleBenchCLI(LightningCLI):
             if run
             else defaults,
             auto_configure_optimizers=False,  # the module builds its own parameter groups
+            parser_class=CircleBenchParser,
             args=args,
             run=run,
         )
@@ -154,7 +175,7 @@ class CircleBenchCLI(LightningCLI):
         config = self._get(self.config_init, "trainer", default={})
         dataset = getattr(self.datamodule, "dataset_name", type(self.datamodule).__name__)
         root = Path(config.get("default_root_dir") or "runs")
-        loss_name = type(self.model.loss).__name__
+        loss_name = self.model.loss.name
         resumed = self._resumed_run(root / dataset / loss_name)
         loggers = build_loggers(
             root,
@@ -259,7 +280,10 @@ class CircleBenchCLI(LightningCLI):
     def _row(self, trained: CheckpointInfo | None) -> ResultRow:
         self._dump_config()
         config = self.config_dump
-        loss_params = json.dumps(config["model"]["loss"].get("init_args", {}), sort_keys=True)
+        loss_args = config["model"]["loss"].get("init_args", {})
+        if isinstance(self.model.loss, ExternalLoss):  # the row names the wrapped loss
+            loss_args = loss_args["loss"].get("init_args", {})
+        loss_params = json.dumps(loss_args, sort_keys=True)
         return result_row(
             self.model,
             self.datamodule,

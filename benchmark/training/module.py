@@ -299,12 +299,18 @@ def _sampled_batches(loader) -> list[list[int]]:
 
 
 def check_num_classes(loss: nn.Module, num_classes: int) -> None:
-    """Raise if a class-level loss (proxies, centres) was built for another class count."""
+    """Raise if a class-level loss (proxies, centres) was built for another class count.
+
+    A part taking `num_classes` (ours, a wrapped pytorch-metric-learning loss, a user's module)
+    is checked when it or one of its modules keeps the count as a positive `num_classes`
+    attribute; PML's ProxyNCALoss and NormalizedSoftmaxLoss keep 0 there, and go unchecked.
+    """
     found = _declared_num_classes(loss)
     if found is not None and found[1] != num_classes:
         where, declared = found
+        name = loss.name if isinstance(loss, MetricLoss) else type(loss).__name__
         raise ValueError(
-            f"{type(loss).__name__} has num_classes={declared} but the training data has "
+            f"{name} has num_classes={declared} but the training data has "
             f"{num_classes} classes; set --model.loss.init_args.{where}num_classes={num_classes}"
         )
 
@@ -314,7 +320,8 @@ def _declared_num_classes(part: nn.Module, where: str = "") -> tuple[str, int] |
     params = inspect.signature(type(part).__init__).parameters
     if "num_classes" in params:
         counts = (getattr(m, "num_classes", None) for m in part.modules())
-        return where, next(n for n in counts if isinstance(n, int))
+        count = next((n for n in counts if isinstance(n, int) and n > 0), None)
+        return None if count is None else (where, count)
     for name, child in part.named_children():
         if name in params:  # a part given as a constructor argument, like Circle's `source`
             found = _declared_num_classes(child, f"{where}{name}.init_args.")

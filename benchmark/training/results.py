@@ -155,7 +155,7 @@ def result_row(
         track=datamodule.track,
         protocol=model.protocol,
         labels=model.loss.paradigm if trained else "",
-        loss=type(model.loss).__name__ if trained else FLOOR_LOSS,
+        loss=model.loss.name if trained else FLOOR_LOSS,
         loss_params=loss_params if trained else "",
         backbone=backbone.backbone_name,
         pretrained=backbone.pretrained_source,

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 import losses
+from experiments.examples.proxy_nca import ProxyNCALoss
 from losses import (
     ArcFaceLoss,
     BatchPairs,
@@ -19,6 +20,7 @@ from losses import (
     ContrastiveLoss,
     CopernicanLoss,
     CosFaceLoss,
+    ExternalLoss,
     LiftedStructureLoss,
     MetricLoss,
     MultiSimilarityLoss,
@@ -48,6 +50,7 @@ FACTORIES = {
     "CenterLoss": lambda: CenterLoss(C, D, lambda_=0.1),
     "CopernicanLoss": lambda: CopernicanLoss(C, D, lambda_=1.0, beta=-1.0),
     "CopernicanLoss-l2": lambda: CopernicanLoss(C, D, lambda_=1.0, beta=-1.0, variant="l2"),
+    "ExternalLoss-ProxyNCA": lambda: ExternalLoss(ProxyNCALoss(C, D)),  # a user's module
 }
 PAIR_WISE = {
     "CircleLoss",

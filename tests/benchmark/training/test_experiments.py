@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from benchmark.training.cli import CircleBenchCLI
+from losses.external import pml_installed
 
 EXPERIMENTS = Path(__file__).resolve().parents[3] / "experiments"
 # Suites, search spaces and tuned settings are not configs of their own: a tuned file is laid
@@ -38,6 +39,8 @@ def parse(*args: str):
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(EXPERIMENTS)))
 def test_experiment_parses_over_base_yaml(path: Path) -> None:
+    if "pytorch_metric_learning" in path.read_text() and not pml_installed():
+        pytest.skip('pytorch-metric-learning not installed (pip install -e ".[pml]")')
     config = parse("--config", str(path))
     assert config.trainer.use_distributed_sampler is False  # from base.yaml
     assert config.model.loss.class_path.startswith("losses.")
@@ -87,16 +90,16 @@ def test_class_level_configs_give_the_dataset_class_count_and_embedding_size() -
     for path in CONFIGS:
         config = yaml.safe_load(path.read_text())
         args = config["model"]["loss"]["init_args"]
-        args = args.get("source", {}).get("init_args", args) if args.get("source") else args
+        for wrapper in ("source", "loss"):  # Circle's similarity source, ExternalLoss's module
+            args = args[wrapper]["init_args"] if wrapper in args else args
         if "num_classes" in args:
             dataset = path.parent.name
             data = config["data"]["init_args"]
             data = data["images"]["init_args"] if "images" in data else data  # frozen track
             expected = CLASS_COUNTS.get(dataset, data.get("num_train_classes"))
             assert args["num_classes"] == expected, path
-            assert (
-                args["embedding_dim"] == config["model"]["embedder"]["init_args"]["embedding_dim"]
-            )
+            size = args.get("embedding_dim", args.get("embedding_size"))  # PML's name
+            assert size == config["model"]["embedder"]["init_args"]["embedding_dim"], path
 
 
 def test_command_line_overrides_reach_the_loss() -> None:
@@ -106,6 +109,52 @@ def test_command_line_overrides_reach_the_loss() -> None:
         "--model.loss.init_args.gamma=64",
     )
     assert config.model.loss.init_args.gamma == 64
+
+
+def test_command_line_overrides_reach_a_wrapped_loss(capsys) -> None:
+    proxy_nca = str(EXPERIMENTS / "examples" / "proxy_nca.yaml")
+    wrapped = "--model.loss.init_args.loss.init_args"
+    config = parse("--config", proxy_nca, f"{wrapped}.scale=16")
+    assert config.model.loss.init_args.loss.init_args.scale == 16
+    with pytest.raises(SystemExit):
+        parse("--config", proxy_nca, f"{wrapped}.scal=16")
+    assert "scal" in capsys.readouterr().err
+
+
+def test_the_proxy_anchor_search_space_reaches_the_wrapped_loss() -> None:
+    """`tune` applies a space's `params` as `--model.loss.init_args.<name>=value` overrides."""
+    if not pml_installed():
+        pytest.skip('pytorch-metric-learning not installed (pip install -e ".[pml]")')
+    space = yaml.safe_load((EXPERIMENTS / "spaces" / "proxy_anchor.yaml").read_text())
+    config = EXPERIMENTS / "examples" / "proxy_anchor.yaml"
+    assert space["loss"] == yaml.safe_load(config.read_text())["model"]["loss"]["class_path"]
+    for name, bounds in space["params"].items():
+        value = bounds["high"]  # not the config's own value
+        parsed = parse("--config", str(config), f"--model.loss.init_args.{name}={value}")
+        node = parsed.model.loss.init_args
+        for part in name.split("."):
+            node = node[part]
+        assert node == value, name
+
+
+def test_a_pml_config_without_pml_says_how_to_install_it(monkeypatch, capsys) -> None:
+    for name in [n for n in sys.modules if n.split(".")[0] == "pytorch_metric_learning"]:
+        monkeypatch.setitem(sys.modules, name, None)  # importing it now fails, as if absent
+    monkeypatch.setitem(sys.modules, "pytorch_metric_learning", None)
+    with pytest.raises(SystemExit):
+        parse("--config", str(EXPERIMENTS / "examples" / "proxy_anchor.yaml"))
+    assert 'pytorch-metric-learning is not installed: pip install -e ".[pml]"' in (
+        capsys.readouterr().err
+    )
+
+
+def test_a_loss_that_is_not_ours_given_directly_points_to_the_adapter(capsys) -> None:
+    circle = str(EXPERIMENTS / "synthetic" / "fine_grained" / "circle.yaml")
+    with pytest.raises(SystemExit):
+        parse("--config", circle, "--model.loss=experiments.examples.proxy_nca.ProxyNCALoss")
+    assert "enters through the adapter: --model.loss=losses.ExternalLoss" in (
+        capsys.readouterr().err
+    )
 
 
 def test_evaluation_metrics_and_re_ranking_are_chosen_on_the_command_line(capsys) -> None:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import timm
 import torch
 
 from benchmark.cli import main
@@ -32,17 +31,6 @@ TINY = [
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Fixed weights for the tiny extractor: random ones would follow each run's seed (and so
-    would its features and their cache key), while a frozen backbone's weights never do."""
-    torch.manual_seed(0)
-    model = timm.create_model("test_efficientnet", pretrained=False, num_classes=0)
-    path = tmp_path_factory.mktemp("weights") / "test_efficientnet.pth"
-    torch.save(model.state_dict(), path)
-    return path
-
-
 @pytest.fixture(autouse=True)
 def _bare_argv(monkeypatch: pytest.MonkeyPatch) -> None:
     """LightningCLI warns when given args while sys.argv holds pytest's own."""
@@ -52,6 +40,8 @@ def _bare_argv(monkeypatch: pytest.MonkeyPatch) -> None:
 def circlebench(
     tmp: Path, weights: Path, command: str, config: Path, *args: str
 ) -> list[dict[str, str]]:
+    """Run `circlebench <command>` on tiny cached features (`weights`: the `weights` fixture);
+    return the rows of its results CSV so far."""
     csv_path = tmp / "runs.csv"
     main(
         [

@@ -11,9 +11,11 @@ import pytest
 import yaml
 
 from benchmark.tuning.space import LOSS_ARGS, SPACES_DIR, load_space
+from losses.external import pml_installed
 
 ROOT = Path(__file__).resolve().parents[3]
 FROZEN = ROOT / "experiments" / "synthetic" / "fine_grained" / "frozen"
+EXAMPLES = ROOT / "experiments" / "examples"
 SPACES = sorted(p for p in (ROOT / SPACES_DIR).glob("*.yaml") if p.stem != "training")
 
 
@@ -22,12 +24,26 @@ def _class(path: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
+def _config_path(stem: str) -> Path:
+    """The config a space is for: a frozen loss of ours, or an example wrapping another's."""
+    ours = FROZEN / f"{stem}.yaml"
+    return ours if ours.is_file() else EXAMPLES / f"{stem}.yaml"
+
+
+def _config(stem: str) -> dict:
+    config = yaml.safe_load(_config_path(stem).read_text())
+    if config["model"]["loss"]["class_path"] == "losses.ExternalLoss" and not pml_installed():
+        pytest.skip('the wrapped loss needs pytorch-metric-learning: pip install -e ".[pml]"')
+    return config
+
+
 def _loss_config(stem: str) -> dict:
-    return yaml.safe_load((FROZEN / f"{stem}.yaml").read_text())["model"]["loss"]
+    return _config(stem)["model"]["loss"]
 
 
-def test_every_frozen_loss_has_a_space() -> None:
-    assert {p.stem for p in SPACES} == {p.stem for p in FROZEN.glob("*.yaml")}
+def test_every_frozen_loss_has_a_space_and_every_space_a_config() -> None:
+    assert {p.stem for p in FROZEN.glob("*.yaml")} <= {p.stem for p in SPACES}
+    assert all(_config_path(p.stem).is_file() for p in SPACES)
 
 
 @pytest.mark.parametrize("file", SPACES, ids=lambda p: p.stem)
@@ -50,9 +66,10 @@ def test_every_searched_name_is_an_argument_of_its_loss(file: Path) -> None:
 def test_loss_lr_is_searched_exactly_when_the_loss_has_parameters(file: Path) -> None:
     config = _loss_config(file.stem)
     args = dict(config.get("init_args", {}))
-    if "source" in args:
-        source = args["source"]
-        args["source"] = _class(source["class_path"])(**source["init_args"])
+    for nested in ("source", "loss"):  # class-level Circle's source, an ExternalLoss's loss
+        if nested in args:
+            part = args[nested]
+            args[nested] = _class(part["class_path"])(**part["init_args"])
     loss = _class(config["class_path"])(**args)
     names = {p.name for p in load_space(file).parameters}
     assert ("loss_lr" in names) == any(True for _ in loss.parameters())
@@ -62,7 +79,7 @@ def test_loss_lr_is_searched_exactly_when_the_loss_has_parameters(file: Path) ->
 def test_the_configured_setting_is_a_point_of_the_space(file: Path) -> None:
     """The study's first trial is the loss as configured: it must be inside the space."""
     space = load_space(file)
-    config = yaml.safe_load((FROZEN / f"{file.stem}.yaml").read_text())
+    config = _config(file.stem)
     config["model"].setdefault("loss_lr", 1e-2)  # MetricLearningModule's defaults
     for p in space.parameters:
         value = config
