@@ -19,6 +19,7 @@ groups:
     floor: experiments/synthetic/circle.yaml  # optional: this config untrained is the floor
     seeds: [0, 1, 2]                # optional: replace the suite's seeds for this group
     tuning: {trials: 30, folds: 3, max_epochs: 6}  # optional: the equal budget of every loss
+    settings: [default, tuned]      # optional, with tuning: which settings get cells
 ```
 
 A group with `tuning:` declares the budget `circlebench tune --suite S --group G` gives each of
@@ -27,7 +28,7 @@ sampler_seed, startup_trials), and runs every config twice: as configured (the d
 setting) and as tuned, `<group>/<config stem>.tuned/seed<seed>`, with the committed tuned
 setting (`experiments/tuned/<group>/<stem>.yaml`) as a second `--config`. A tuned cell is
 skipped, with a reason, until its loss is tuned for the group's current config, overrides and
-budget.
+budget. `settings: [tuned]` runs the tuned setting only (the quick suite: its time limit).
 
 A cell is one `fit` run, named `<group>/<config stem>/seed<seed>`; its results row carries
 that name in the `cell_id` column, which is how a rerun knows the cell is done, and the cell's
@@ -55,7 +56,8 @@ from benchmark.tuning.tuned import group_files, recipe
 SUITES_DIR = Path("experiments/suites")
 _SUITE_KEYS = {"description", "seeds", "overrides", "output", "threads", "groups", "check_seeds"}
 _GROUP_KEYS = {"configs", "overrides", "config_overrides", "requires", "paper_dataset", "floor"}
-_GROUP_KEYS |= {"seeds", "tuning"}
+_GROUP_KEYS |= {"seeds", "tuning", "settings"}
+SETTINGS = ("default", "tuned")  # a loss as configured, and as tuned for its group
 FLOOR = "floor"  # the config stem of a group's floor cells
 
 
@@ -73,6 +75,7 @@ class Group:
     seeds: tuple[int, ...] | None = None  # None: the suite's
     tuning: Budget | None = None  # the budget of every loss; None: default settings only
     suite: str = ""  # the suite that declares it, named in the `tune` command it suggests
+    settings: tuple[str, ...] = SETTINGS  # which of a tuned group's settings get cells
 
     def overrides_for(self, config: Path) -> tuple[str, ...]:
         """The group's overrides, then those of this config."""
@@ -190,8 +193,9 @@ class Suite:
                 cells += [Cell(group, group.floor, s, overrides, "test") for s in seeds]
             for config in group.configs:
                 overrides = (*self.overrides, *group.overrides_for(config))
-                cells += [Cell(group, config, seed, overrides) for seed in seeds]
-                if group.tuning is not None:
+                if group.tuning is None or "default" in group.settings:
+                    cells += [Cell(group, config, seed, overrides) for seed in seeds]
+                if group.tuning is not None and "tuned" in group.settings:
                     cells += [Cell(group, config, seed, overrides, tuned=True) for seed in seeds]
         return cells
 
@@ -262,6 +266,15 @@ def _group(name: str, spec: dict, root: Path, path: Path) -> Group:
             f"{sorted(c.stem for c in configs)}"
         )
     requires = spec.get("requires")
+    chosen = spec.get("settings", SETTINGS)
+    settings = tuple(chosen) if isinstance(chosen, (list, tuple)) else ()
+    if "settings" in spec and (
+        not settings or not set(settings) <= set(SETTINGS) or "tuning" not in spec
+    ):
+        raise ValueError(
+            f"{where}: settings must be a non-empty list from {list(SETTINGS)}, beside a "
+            f"`tuning:` budget; got {chosen!r}"
+        )
     floor = spec.get("floor")
     if floor is not None and not (root / floor).is_file():
         raise FileNotFoundError(f"{where}: floor config {floor!r} not found under {root}")
@@ -279,6 +292,7 @@ def _group(name: str, spec: dict, root: Path, path: Path) -> Group:
         seeds=_seeds(spec["seeds"], f"{where}: seeds") if "seeds" in spec else None,
         tuning=_budget(spec["tuning"], f"{where}: tuning") if "tuning" in spec else None,
         suite=path.stem,
+        settings=settings,
     )
 
 

@@ -190,6 +190,30 @@ def test_bad_tuning_budgets_are_explained(project: Path, tuning: str, match: str
         load_suite("b", project)
 
 
+def test_a_group_can_run_its_losses_as_tuned_only(project: Path) -> None:
+    (project / "experiments/suites/q.yaml").write_text(
+        "seeds: [0]\ngroups:\n  syn:\n    configs: experiments/syn/*.yaml\n"
+        "    tuning: {trials: 30}\n    settings: [tuned]\n"
+    )
+    cells = load_suite("q", project).cells()
+    assert [c.cell_id for c in cells] == ["syn/circle.tuned/seed0", "syn/triplet.tuned/seed0"]
+
+
+@pytest.mark.parametrize(
+    "group",
+    [
+        "{configs: experiments/syn/*.yaml, tuning: {trials: 30}, settings: []}",
+        "{configs: experiments/syn/*.yaml, tuning: {trials: 30}, settings: [best]}",
+        "{configs: experiments/syn/*.yaml, tuning: {trials: 30}, settings: tuned}",
+        "{configs: experiments/syn/*.yaml, settings: [tuned]}",
+    ],
+)
+def test_bad_settings_are_explained(project: Path, group: str) -> None:
+    (project / "experiments/suites/b.yaml").write_text(f"groups:\n  syn: {group}\n")
+    with pytest.raises(ValueError, match=r"settings must be a non-empty list from \['default'"):
+        load_suite("b", project)
+
+
 def test_the_w_and_b_view_shows_each_study_the_history_logged(tmp_path: Path) -> None:
     """`tune` logs a study offline, in a process of its own (its exit completes the run's
     file); the view's tuning grid names keys that run has."""
