@@ -21,6 +21,7 @@ LAYERS = {
     "losses": 2,
     "samplers": 2,
     "benchmark.evaluation": 1,
+    "benchmark.manual": 1,  # the manual page of each command: imports nothing of ours
 }
 
 

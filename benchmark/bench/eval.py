@@ -28,6 +28,7 @@ from benchmark.evaluation.arithmetic import (
     requested,
     sgemm,
 )
+from benchmark.manual import manual_line
 
 
 @dataclass(frozen=True)
@@ -272,7 +273,11 @@ def run_rerank(case: Case) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmark.bench eval", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark.bench eval",
+        description=__doc__,
+        epilog=manual_line("bench eval"),
+    )
     parser.add_argument("--case", choices=sorted(CASES), action="append", help="default: all")
     parser.add_argument(
         "--repeat",

@@ -41,6 +41,7 @@ from benchmark.leaderboard.runner import (
     terminal_console,
 )
 from benchmark.leaderboard.suite import Suite, load_suite
+from benchmark.manual import manual_line
 from benchmark.training.atomic import write_text
 from benchmark.training.results import read_results
 
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="circlebench leaderboard",
         description="Run a suite (experiments/suites/NAME.yaml) and write its leaderboard.",
+        epilog=manual_line("leaderboard"),
     )
     parser.add_argument("--suite", required=True, help="suite name, e.g. quick, ci, paper")
     parser.add_argument(
