@@ -45,7 +45,7 @@ from benchmark.manual import manual_line
 from benchmark.training.atomic import write_text
 from benchmark.training.results import read_results
 
-DEFAULT_TOLERANCE = 1.0  # percentage points: one flipped query of 160; README says why
+DEFAULT_TOLERANCE = 1.0  # percentage points: one flipped query of 160; docs/leaderboards/check.md
 RUNNERS: dict[str, CellRunner] = {
     "fork": fork_runner,
     "subprocess": subprocess_runner,
@@ -245,7 +245,7 @@ def check(
             f"this machine's float kernels differ from those that made the committed "
             f"leaderboard (numerics fingerprint {here}, committed {made_with or 'none'}): "
             f"training diverges by a few ulps per step, so cells are compared by their mean "
-            f"|delta| instead (see README, Leaderboard)"
+            f"|delta| instead (see docs/leaderboards/check.md#another-machine)"
         )
     report.failures += [f"{cell}: run failed ({why})" for cell, why in summary.failed.items()]
     for line in report.lines():
