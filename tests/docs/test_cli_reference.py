@@ -73,6 +73,7 @@ def test_circlebench_help_names_every_command_page(capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert out.strip() == usage().strip()
     for name in COMMANDS:
+        assert name in PAGES, f"add the manual page of {name!r} to PAGES in benchmark/manual.py"
         page = PAGES[name]
         assert re.search(rf"^  {name} +docs/{re.escape(page)} +{re.escape(page_url(page))}$",
                          out, re.M), f"circlebench --help: no page for {name}"  # fmt: skip
