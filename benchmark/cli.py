@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from benchmark.manual import PAGES, page_url
+
 # command -> (module whose `main(argv)` runs it, one line for `circlebench --help`)
 COMMANDS = {
     "fit": ("benchmark.training.cli", "train a config, then test it (one results row)"),
@@ -27,11 +29,23 @@ TRAINING = ("fit", "validate", "test")  # LightningCLI sub-commands: they keep t
 
 
 def usage() -> str:
-    """The command list that `circlebench --help` and an unknown command print."""
+    """The command list that `circlebench --help` and an unknown command print, with the
+    manual's page of each command (a file under docs/, and its `mkdocs serve` URL)."""
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
-    return "usage: circlebench COMMAND [ARGS] (COMMAND --help for its options)\n\ncommands:\n" + (
-        "\n".join(lines)
+    # A command without a page of its own points to the reference of every command.
+    pages = {name: PAGES.get(name, PAGES["circlebench"]) for name in (*COMMANDS, "circlebench")}
+    files = max(len(page) for page in pages.values()) + len("docs/")
+    links = [
+        f"  {'(all)' if name == 'circlebench' else name:<{width}}  "
+        f"{'docs/' + page:<{files}}  {page_url(page)}"
+        for name, page in pages.items()
+    ]
+    return (
+        "usage: circlebench COMMAND [ARGS] (COMMAND --help for its options)\n\ncommands:\n"
+        + "\n".join(lines)
+        + '\n\nmanual (pip install -e ".[docs]" && mkdocs serve, then open the URL):\n'
+        + "\n".join(links)
     )
 
 

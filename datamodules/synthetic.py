@@ -73,8 +73,9 @@ class SyntheticDataModule(RetrievalDataModule):
         render_seed: seed of the rendered world (looks, poses, cameras); fixed by default so
             runs with different `seed`s train on the same data.
         image_size: rendered size, an int or `(H, W)`; 64 px keeps CPU runs fast.
-        p, k, num_workers, eval_batch_size, val_classes, seed, batches_per_epoch, sampler_mode,
-            folds, fold: as in `RetrievalDataModule`.
+        p, k, num_workers, eval_batch_size, val_classes, seed, batches_per_epoch, sampler_mode:
+            as in `RetrievalDataModule`.
+        folds, fold: as in `RetrievalDataModule` (class-disjoint tuning folds).
     """
 
     dataset_name: ClassVar[str] = "synthetic"

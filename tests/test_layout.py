@@ -23,6 +23,7 @@ LAYERS = {
     "samplers": 2,
     "benchmark.evaluation": 1,
     "benchmark.devices": 0,  # what a run ran on; imports nothing of ours
+    "benchmark.manual": 1,  # the manual page of each command: imports nothing of ours
 }
 
 

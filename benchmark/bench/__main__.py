@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from benchmark.manual import manual_line
+
 # What each benchmark measures, and the module that measures it.
 BENCHMARKS = {
     "losses": ("loss forward+backward time vs plain autograd", "benchmark.bench.losses"),
@@ -21,7 +23,9 @@ BENCHMARKS = {
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmark.bench", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark.bench", description=__doc__, epilog=manual_line("bench")
+    )
     parser.add_argument("what", choices=sorted(BENCHMARKS), help="which benchmark to run")
     argv = sys.argv[1:] if argv is None else argv
     # Only the first word is ours: `losses --help` is the help of the losses benchmark.

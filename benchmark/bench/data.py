@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader
 from torchvision.datasets import ImageFolder
 
 from benchmark.bench.timing import median_seconds
+from benchmark.manual import manual_line
 from datamodules import CUB200DataModule, SyntheticDataModule
 from datamodules.transforms import fine_grained_transform
 
@@ -74,7 +75,11 @@ def images_per_second(loader: DataLoader, batches: int, repeat: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmark.bench data", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark.bench data",
+        description=__doc__,
+        epilog=manual_line("bench data"),
+    )
     parser.add_argument("--classes", type=int, default=32, help="classes in the JPEG folder")
     parser.add_argument("--per-class", type=int, default=20, help="JPEGs per class")
     parser.add_argument("--batches", type=int, default=5, help="batches per timed pass")

@@ -32,6 +32,7 @@ from benchmark.evaluation.arithmetic import (
     sgemm,
 )
 from benchmark.evaluation.faiss_blocks import faiss_has_gpu, gpu_resources, import_faiss
+from benchmark.manual import manual_line
 
 
 @dataclass(frozen=True)
@@ -301,7 +302,11 @@ def run_rerank(case: Case) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmark.bench eval", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark.bench eval",
+        description=__doc__,
+        epilog=manual_line("bench eval"),
+    )
     parser.add_argument("--case", choices=sorted(CASES), action="append", help="default: all")
     parser.add_argument(
         "--repeat",

@@ -33,6 +33,7 @@ import torch
 from benchmark.bench.gpu_steps import Result, Step
 from benchmark.bench.timing import machine
 from benchmark.devices import float32_modes
+from benchmark.manual import manual_line
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 DEFAULT_CONFIG = EXPERIMENTS / "cub200" / "circle.yaml"  # BN-Inception, 512-D, P=16 K=5, 224 px
@@ -45,6 +46,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m benchmark.bench gpu",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=manual_line("bench gpu"),
     )
     parser.add_argument(
         "--config",

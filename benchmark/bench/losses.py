@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 import losses as L
 from benchmark.bench.timing import machine, median_seconds
+from benchmark.manual import manual_line
 
 INF = torch.inf
 BATCHES = {80: 5, 256: 4, 1024: 4}  # B -> K
@@ -224,7 +225,9 @@ def interleaved_medians(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmark.bench losses")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark.bench losses", epilog=manual_line("bench losses")
+    )
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCHES))
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--only", default="", help="run the cases whose name contains this")

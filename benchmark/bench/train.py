@@ -33,6 +33,7 @@ import torch
 from benchmark.bench import cells
 from benchmark.bench.timing import machine
 from benchmark.devices import float32_modes, precision_label
+from benchmark.manual import manual_line
 from benchmark.training.cli import CircleBenchCLI
 from benchmark.training.embedders import Embedder
 from losses import CircleLoss
@@ -148,7 +149,11 @@ def gpu_resnet50(steps: int, warmup: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmark.bench train", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark.bench train",
+        description=__doc__,
+        epilog=manual_line("bench train"),
+    )
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                         help="where the config trains (auto: CUDA where visible)")  # fmt: skip

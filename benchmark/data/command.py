@@ -18,6 +18,7 @@ from PIL import Image, ImageFile
 from rich.console import Console
 from rich.table import Table
 
+from benchmark.manual import manual_line
 from datamodules.base import Split
 from datamodules.catalog import DATASETS, datamodule_class
 
@@ -25,12 +26,19 @@ SHOWN = 20  # missing / unreadable files listed by name; the rest are counted
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="circlebench data", description=__doc__)
+    epilog = manual_line("data")
+    parser = argparse.ArgumentParser(prog="circlebench data", description=__doc__, epilog=epilog)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("list", help="the datasets, their protocol and official split sizes")
-    info = commands.add_parser("info", help="official source, licence and expected layout")
+    commands.add_parser(
+        "list", help="the datasets, their protocol and official split sizes", epilog=epilog
+    )
+    info = commands.add_parser(
+        "info", help="official source, licence and expected layout", epilog=epilog
+    )
     info.add_argument("dataset")
-    verify = commands.add_parser("verify", help="split sizes vs official, missing/bad images")
+    verify = commands.add_parser(
+        "verify", help="split sizes vs official, missing/bad images", epilog=epilog
+    )
     verify.add_argument("dataset")
     verify.add_argument("--root", type=Path, required=True, help="the dataset folder")
     verify.add_argument(
@@ -42,7 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument(
         "--no-decode", action="store_true", help="only check that the files exist (faster)"
     )
-    download = commands.add_parser("download", help="fetch + check + extract where possible")
+    download = commands.add_parser(
+        "download", help="fetch + check + extract where possible", epilog=epilog
+    )
     download.add_argument("dataset")
     download.add_argument("--root", type=Path, required=True, help="folder to extract into")
     download.add_argument("--timeout", type=float, default=10.0, help="network timeout, seconds")

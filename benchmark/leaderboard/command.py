@@ -42,11 +42,12 @@ from benchmark.leaderboard.runner import (
 from benchmark.leaderboard.slurm_cells import print_status
 from benchmark.leaderboard.slurm_options import add_slurm_arguments, slurm_launcher
 from benchmark.leaderboard.suite import Suite, load_suite
+from benchmark.manual import manual_line
 from benchmark.training.atomic import write_text
 from benchmark.training.results import read_results
 from benchmark.tuning.tuned import GroupStudies, group_studies
 
-DEFAULT_TOLERANCE = 1.0  # percentage points: one flipped query of 160; README says why
+DEFAULT_TOLERANCE = 1.0  # percentage points: one flipped query of 160; docs/leaderboards/check.md
 RUNNERS: dict[str, CellRunner] = {
     "fork": fork_runner,
     "subprocess": subprocess_runner,
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="circlebench leaderboard",
         description="Run a suite (experiments/suites/NAME.yaml) and write its leaderboard.",
+        epilog=manual_line("leaderboard"),
     )
     parser.add_argument("--suite", required=True, help="suite name, e.g. quick, ci, paper")
     parser.add_argument(
@@ -274,7 +276,7 @@ def check(
             f"this machine's float kernels differ from those that made the committed "
             f"leaderboard (numerics fingerprint {here}, committed {made_with or 'none'}): "
             f"training diverges by a few ulps per step, so cells are compared by their mean "
-            f"|delta| instead (see README, Leaderboard)"
+            f"|delta| instead (see docs/leaderboards/check.md#another-machine)"
         )
     report.failures += [f"{cell}: run failed ({why})" for cell, why in summary.failed.items()]
     for line in report.lines():

@@ -39,6 +39,7 @@ from benchmark.leaderboard.aggregate import TUNED, aggregate_rows
 from benchmark.leaderboard.run_logs import experiments, logged_columns
 from benchmark.leaderboard.suite import Suite, load_suite
 from benchmark.leaderboard.wandb_views import ViewStore, WandbViewStore, publish_within
+from benchmark.manual import manual_line
 from benchmark.training.atomic import write_text
 from benchmark.training.loggers import DEFAULT_TRACK, wandb_has_credentials, wandb_server_reachable
 from benchmark.training.results import read_results
@@ -233,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="circlebench dashboard",
         description="Write a suite's W&B view as JSON; --publish saves it to W&B.",
+        epilog=manual_line("dashboard"),
     )
     parser.add_argument("--suite", required=True, help="suite name, e.g. quick, ci, paper")
     parser.add_argument("--results-dir", type=Path, default=Path("results"))

@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import Logger
 
+from benchmark.manual import manual_line
 from benchmark.training.checkpoints import (
     LAST,
     CheckpointInfo,
@@ -102,7 +103,9 @@ class CircleBenchCLI(LightningCLI):
             subclass_mode_data=True,
             save_config_callback=ConfigToLoggersCallback,
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={name: dict(defaults) for name in self.subcommands()}
+            parser_kwargs={
+                name: {**defaults, "epilog": manual_line(name)} for name in self.subcommands()
+            }
             if run
             else defaults,
             auto_configure_optimizers=False,  # the module builds its own parameter groups

@@ -38,6 +38,7 @@ from benchmark.leaderboard.slurm_options import (
     slurm_options,
 )
 from benchmark.leaderboard.suite import Group, load_suite
+from benchmark.manual import manual_line
 from benchmark.tuning.experiment import Budget, Experiment, parse_experiment
 from benchmark.tuning.history import log_history
 from benchmark.tuning.objective import run_trial
@@ -54,7 +55,6 @@ from benchmark.tuning.study import (
 from benchmark.tuning.tuned import TunedFiles, group_files, write_tuned
 
 RESULTS = Path("results/tuning")
-DOCS = "docs/guides/tuning.md"
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="circlebench tune",
         description="Tune a loss's hyper-parameters with an equal budget on class-disjoint "
         "folds of the training classes (Optuna TPE; the test set is never built). "
-        f"Manual: {DOCS}.",
-        epilog="Arguments after `--` are passed to every fold's `circlebench fit` (--config mode).",
+        "Arguments after `--` are passed to every fold's `circlebench fit` (--config mode).",
+        epilog=manual_line("tune"),
     )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--config", type=Path, help="the experiment config to tune")
