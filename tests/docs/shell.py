@@ -2,11 +2,13 @@
 
 Lines joined at a trailing backslash; `#` comments; `&&` between commands; `NAME=value` alone
 sets a variable, before a command it sets the command's environment; `$NAME` and `${NAME}`
-expand. Anything else (pipes, redirections, subshells) is not the manual's style and fails.
+expand, as in bash, to the block's variable, else the environment's, else nothing. Anything
+else (pipes, redirections, subshells) is not the manual's style and fails.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -46,7 +48,11 @@ def commands(text: str) -> list[Command]:
 
 
 def _expand(word: str, variables: dict[str, str]) -> str:
-    return _VARIABLE.sub(lambda m: variables[m[1] or m[2]], word)
+    def value(match: re.Match[str]) -> str:
+        name = match[1] or match[2]
+        return variables.get(name, os.environ.get(name, ""))
+
+    return _VARIABLE.sub(value, word)
 
 
 def _split(words: list[str], separator: str) -> list[list[str]]:
