@@ -15,7 +15,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,9 @@ ACTIVE_STATES = frozenset(
     {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
     | {"COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "STOPPED"}
 )
+# How long a job that Slurm has forgotten (neither sacct nor squeue lists it) must stay so
+# before a wait takes it as ended: a requeued array task is briefly invisible to both.
+UNKNOWN_GRACE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -230,12 +233,40 @@ def _seconds(elapsed: str) -> float:
     return sum(part * 60**i for i, part in enumerate(reversed(parts))) + 86400 * float(days or 0)
 
 
+class JobWatch:
+    """`job_states` for a wait that polls: a job that neither `sacct` nor `squeue` knows is
+    left out (still undecided) until it has stayed unknown for `grace_s` seconds. While Slurm
+    requeues an array task, both can miss it for a moment (seen on the tests' one-node Slurm);
+    reading that as the job's end would report a running cell as failed."""
+
+    def __init__(
+        self,
+        poll: Callable[[Iterable[str]], dict[str, JobState]],
+        grace_s: float = UNKNOWN_GRACE_S,
+    ) -> None:
+        self.poll, self.grace_s = poll, grace_s  # poll: `job_states`
+        self._unknown_since: dict[str, float] = {}
+
+    def states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
+        """The states of `job_ids` that are known, or unknown for longer than `grace_s`."""
+        now = time.monotonic()
+        states = {}
+        for job_id, state in self.poll(job_ids).items():
+            if state.state != "UNKNOWN":
+                self._unknown_since.pop(job_id, None)
+            elif now - self._unknown_since.setdefault(job_id, now) < self.grace_s:
+                continue
+            states[job_id] = state
+        return states
+
+
 def wait_for_jobs(job_ids: Sequence[str], poll_s: float = 10.0) -> dict[str, JobState]:
     """Poll `job_states` every `poll_s` seconds until none of `job_ids` may still run; their
     final states (`COMPLETED`, `FAILED`, `CANCELLED`, ...)."""
+    watch = JobWatch(job_states)
     while True:
-        states = job_states(job_ids)
-        if not any(state.active for state in states.values()):
+        states = watch.states(job_ids)
+        if len(states) == len(set(job_ids)) and not any(s.active for s in states.values()):
             return states
         time.sleep(poll_s)
 

@@ -30,7 +30,13 @@ from benchmark.leaderboard.cells import (
     suite_lock,
     unfinished_cells,
 )
-from benchmark.leaderboard.slurm import SlurmOptions, cancel, job_states, submit_array
+from benchmark.leaderboard.slurm import (
+    JobWatch,
+    SlurmOptions,
+    cancel,
+    job_states,
+    submit_array,
+)
 from benchmark.leaderboard.slurm_tasks import CellTask
 from benchmark.leaderboard.suite import Cell
 from benchmark.training.atomic import write_text
@@ -147,12 +153,13 @@ def _wait(
         return
     fingerprints: set[str] = set()
     remaining = dict(jobs)
+    watch = JobWatch(job_states)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     try:
         with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
             bar = progress.add_task("cells", total=total, completed=total - len(jobs))
             while remaining:
-                states = job_states(remaining.values())
+                states = watch.states(remaining.values())
                 for cell_id, job in list(remaining.items()):
                     state = states.get(job)
                     if state is None or state.active:

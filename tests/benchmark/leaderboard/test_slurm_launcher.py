@@ -151,6 +151,42 @@ def test_job_states_read_sacct_then_squeue(monkeypatch: pytest.MonkeyPatch) -> N
         job_states(["7_1"])
 
 
+def test_a_job_slurm_briefly_forgets_is_waited_for_not_taken_as_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A requeued array task can be missing from sacct and squeue for a moment: a wait takes
+    an UNKNOWN job as ended only once it has stayed unknown for the grace period."""
+    clock = [100.0]
+    answers = iter(["UNKNOWN", "UNKNOWN", "RUNNING", "UNKNOWN", "UNKNOWN", "UNKNOWN"])
+
+    def states(job_ids):
+        return {job_id: JobState(job_id, next(answers)) for job_id in job_ids}
+
+    monkeypatch.setattr(slurm.time, "monotonic", lambda: clock[0])
+    watch = slurm.JobWatch(states, grace_s=60.0)
+    assert watch.states(["7_1"]) == {}  # unknown since 100 s
+    clock[0] = 150.0
+    assert watch.states(["7_1"]) == {}
+    assert watch.states(["7_1"])["7_1"].active  # seen again: the grace starts over
+    clock[0] = 200.0
+    assert watch.states(["7_1"]) == {}
+    clock[0] = 259.0
+    assert watch.states(["7_1"]) == {}
+    clock[0] = 260.0
+    assert watch.states(["7_1"]) == {"7_1": JobState("7_1", "UNKNOWN")}
+
+
+def test_wait_for_jobs_waits_out_an_unknown_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [0.0]
+    answers = iter(["UNKNOWN", "UNKNOWN", "COMPLETED"])
+    monkeypatch.setattr(
+        slurm, "job_states", lambda ids: {i: JobState(i, next(answers)) for i in ids}
+    )
+    monkeypatch.setattr(slurm.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(slurm.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    assert slurm.wait_for_jobs(["7_1"], poll_s=10.0) == {"7_1": JobState("7_1", "COMPLETED")}
+
+
 def test_time_limit_and_node_failure_are_reported_and_only_those_cells_rerun(
     project: Path,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
