@@ -17,7 +17,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from benchmark.bench.data import images_per_second, write_jpeg_folder
-from benchmark.bench.eval import CASES, faiss_top_k, make_data, scaled_case
+from benchmark.bench.eval import faiss_top_k
+from benchmark.bench.eval_data import CASES, make_data, scaled_case
 from benchmark.bench.gpu_steps import Result, Step
 from benchmark.bench.timing import gpu_peak
 from benchmark.bench.train import bare_images_per_s, lightning_images_per_s, repeat

@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from benchmark.evaluation.arithmetic import cpu_flags
+
 T = TypeVar("T")
 
 
@@ -57,6 +59,12 @@ def peak_rss_increase(fn: Callable[[], T], *, interval_s: float = 0.002) -> tupl
     return result, peak - base
 
 
+# lscpu flags that decide which products are fast: AVX2, AVX-512, its BF16 and VNNI, AMX.
+MATRIX_FLAGS = frozenset(
+    {"avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8"}
+)
+
+
 def machine() -> str:
     """One line naming the CPU (model name, torch's capability) and torch's thread count."""
     import platform
@@ -73,7 +81,11 @@ def machine() -> str:
     except OSError:
         pass
     capability, threads = torch.backends.cpu.get_cpu_capability(), torch.get_num_threads()
-    return f"CPU {model} ({capability}), torch {torch.__version__}, {threads} threads"
+    flags = sorted(cpu_flags() & MATRIX_FLAGS)
+    return (
+        f"CPU {model} ({capability}; {' '.join(flags) or 'no AVX2'}), torch {torch.__version__}, "
+        f"{threads} threads"
+    )
 
 
 def gpu_peak(fn: Callable[[], T], device: str) -> tuple[T, int]:

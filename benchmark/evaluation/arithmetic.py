@@ -18,16 +18,15 @@ block's output rounding is added per threshold:
   levels of step ≈ 1/250 of the thresholds' span (`Levels`: ½ level plus 4·2⁻²⁴ relative).
   ε ≈ 0.04 for unit vectors, so ~10x more pairs go to the float32 re-check than for bfloat16.
 
-`auto` keeps, per device, the arithmetics the hardware runs natively (bfloat16 only with AMX or
-AVX-512-BF16 on CPUs, compute capability 8 on GPUs; float16 on GPUs of capability 7; int8
-where torch has fbgemm) and times one probe block of each (1,024 × 8,192 × 512, best of five
-calls after a warm-up; about a second, once per process): the fastest wins after a handicap
-for its wider band (bfloat16/float16 ×1.15, int8 ×1.25: a lower precision must beat float32 by
-that much; on the EPYC int8 probes 1.45-1.75x faster at load ~2). float32 blocks use numpy's
-BLAS or torch's, whichever `sgemm` measured faster. The choice is cached per device and thread
-count for the process. The argument `arithmetic=` of `RetrievalEvaluator`, else the environment
-variable CIRCLEBENCH_EVAL_ARITHMETIC, overrides it; a named arithmetic runs even where the
-hardware lacks it, in a slow form with the same bound (the int8 products exactly emulated).
+`auto` chooses per evaluation, on the data (`choice`): each arithmetic the hardware runs
+natively (bfloat16 only with AMX or AVX-512-BF16 on CPUs, compute capability 8 on GPUs; float16
+on GPUs of capability 7; int8 where torch has fbgemm) is costed as its product time, from one
+timed probe block per arithmetic (1,024 × 8,192 × 512, best of five calls after a warm-up; about
+a second, once per process and device), plus the re-check its band leaves on a sample of the
+data. float32 blocks use numpy's BLAS or torch's, whichever `sgemm` measured faster. The
+argument `arithmetic=` of `RetrievalEvaluator`, else the environment variable
+CIRCLEBENCH_EVAL_ARITHMETIC, overrides it; a named arithmetic runs even where the hardware lacks
+it, in a slow form with the same bound (the int8 products exactly emulated).
 """
 
 from __future__ import annotations
@@ -44,10 +43,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from benchmark.evaluation.bands import Block, Readout
 from benchmark.evaluation.cuda_blocks import CudaShortlist
 from benchmark.evaluation.faiss_blocks import FaissShortlist
 from benchmark.evaluation.precision import ieee_float32
-from benchmark.evaluation.ranks import Block, Readout
 from benchmark.evaluation.similarity import Levels, LowCopy, prepare
 
 Arithmetic = Literal["auto", "bfloat16", "float16", "float32", "int8"]
@@ -59,8 +58,9 @@ LOW_DTYPES = {
     "float32": torch.float32,
     "int8": torch.int8,
 }
-HANDICAP = {"float32": 1.0, "bfloat16": 1.15, "float16": 1.15, "int8": 1.25}
-_CHOICES: dict[tuple[str, int | None, int], str] = {}  # (device type, index, threads) -> choice
+# (device type, index, threads) -> the probe's seconds per arithmetic, or sgemm's engine
+_PROBES: dict[tuple[str, int | None, int], dict[str, float]] = {}
+_SGEMM: dict[int, str] = {}
 
 
 def requested(argument: str) -> str:
@@ -79,7 +79,8 @@ def requested(argument: str) -> str:
 
 
 def resolve(argument: str, device: torch.device) -> str:
-    """The arithmetic to run on `device`: as requested, or measured (`choose`) for "auto"."""
+    """The arithmetic to run on `device` as requested, or "auto" for `choice` to decide on the
+    data. int8 from the environment is a preference: on CUDA it leaves the choice to `auto`."""
     name = requested(argument)
     if name == "int8" and device.type != "cpu":
         if argument == "int8":
@@ -94,21 +95,16 @@ def resolve(argument: str, device: torch.device) -> str:
             stacklevel=3,
         )
         name = "auto"
-    return choose(device) if name == "auto" else name
+    return name
 
 
-def choose(device: torch.device) -> str:
-    """The fastest native arithmetic on `device` by a short probe, cached for the process."""
+def probe(device: torch.device) -> dict[str, float]:
+    """`probe_seconds` of every native arithmetic of `device`, measured once per process,
+    device and thread count (products run at the speed the threads give them)."""
     key = (device.type, device.index, torch.get_num_threads())
-    if key not in _CHOICES:
-        _CHOICES[key] = fastest(probe_seconds(native(device), device))
-    return _CHOICES[key]
-
-
-def fastest(seconds: dict[str, float]) -> str:
-    """The arithmetic with the least handicapped probe time (float32 on ties)."""
-    ranked = sorted(seconds, key=lambda n: (seconds[n] * HANDICAP[n], n != "float32"))
-    return ranked[0]
+    if key not in _PROBES:
+        _PROBES[key] = probe_seconds(native(device), device)
+    return _PROBES[key]
 
 
 def native(device: torch.device) -> list[str]:
@@ -117,7 +113,7 @@ def native(device: torch.device) -> list[str]:
         major = torch.cuda.get_device_capability(device)[0]
         return ["float32"] + ["float16"] * (major >= 7) + ["bfloat16"] * (major >= 8)
     names = ["float32"]
-    if _cpu_flags() & {"amx_bf16", "avx512_bf16", "bf16"}:  # x86 AMX / AVX-512, ARM BF16
+    if cpu_flags() & {"amx_bf16", "avx512_bf16", "bf16"}:  # x86 AMX / AVX-512, ARM BF16
         names.append("bfloat16")
     if _has_fbgemm():
         names.append("int8")
@@ -155,8 +151,8 @@ def sgemm() -> str:
     """ "numpy" or "torch": whose float32 product is faster on this CPU, measured once per
     thread count. numpy's BLAS (OpenBLAS in its wheels) ran 1.4x faster than torch's (MKL)
     on the busy 2-core EPYC, and as fast when it was quiet."""
-    key = ("sgemm", None, torch.get_num_threads())
-    if key not in _CHOICES:
+    threads = torch.get_num_threads()
+    if threads not in _SGEMM:
         gen = torch.Generator().manual_seed(0)
         q, g = torch.randn(1024, 512, generator=gen), torch.randn(4096, 512, generator=gen)
         out = torch.empty(1024, 4096)
@@ -170,8 +166,8 @@ def sgemm() -> str:
                 start = time.perf_counter()
                 product()
                 best[engine] = min(best[engine], time.perf_counter() - start)
-        _CHOICES[key] = min(best, key=best.__getitem__)
-    return _CHOICES[key]
+        _SGEMM[threads] = min(best, key=best.__getitem__)
+    return _SGEMM[threads]
 
 
 def block(name: str, device: torch.device) -> Block:
@@ -323,7 +319,7 @@ def _has_fbgemm() -> bool:
     return "fbgemm" in torch.backends.quantized.supported_engines
 
 
-def _cpu_flags() -> set[str]:
+def cpu_flags() -> set[str]:
     """The CPU's feature flags (x86 `flags`, ARM `Features`) from /proc/cpuinfo; empty elsewhere."""
     try:
         text = Path("/proc/cpuinfo").read_text()

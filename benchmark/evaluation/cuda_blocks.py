@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from benchmark.evaluation.bands import Readout
 from benchmark.evaluation.precision import ieee_float32
-from benchmark.evaluation.ranks import Readout
 from benchmark.evaluation.similarity import LowCopy
 
 # `torch.mm(a, b, out_dtype=torch.float32)` for bfloat16/float16 inputs exists from torch 2.8.

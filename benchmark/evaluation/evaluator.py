@@ -18,7 +18,9 @@ import torch
 from torch import Tensor
 
 from benchmark.evaluation import arithmetic as _arithmetic
+from benchmark.evaluation import choice as _choice
 from benchmark.evaluation.arithmetic import ARITHMETICS, Arithmetic
+from benchmark.evaluation.bands import Block
 from benchmark.evaluation.faiss_blocks import FAISS_GPU_HINT, faiss_has_gpu, import_faiss
 from benchmark.evaluation.hardest_pairs import HardestPairs, hardest_pair_similarities
 from benchmark.evaluation.metrics import (
@@ -28,9 +30,9 @@ from benchmark.evaluation.metrics import (
     metric,
     retrieval_metrics,
 )
-from benchmark.evaluation.ranks import Block, positive_ranks
+from benchmark.evaluation.ranks import positive_ranks
 from benchmark.evaluation.rerank import KReciprocal, RerankMethod, rerank_method, reranked_ranks
-from benchmark.evaluation.sets import PROTOCOLS, RetrievalProtocol, evaluation_sets
+from benchmark.evaluation.sets import PROTOCOLS, EvaluationSets, RetrievalProtocol, evaluation_sets
 from benchmark.evaluation.similarity import UnitEmbeddings, prepare, unit_rows
 from benchmark.evaluation.threads import like_torch
 
@@ -40,14 +42,16 @@ BACKENDS = ("auto", "torch", "faiss")
 @dataclass(frozen=True)
 class EvaluationReport:
     """What one `evaluate` call measured and how: the metrics (fractions), the backend that
-    computed them, how many queries were counted and skipped (no positive in the gallery), and
-    the re-ranking that ordered the gallery ("" for none: by cosine similarity)."""
+    computed them, how many queries were counted and skipped (no positive in the gallery), the
+    re-ranking that ordered the gallery ("" for none: by cosine similarity), and how many query
+    chunks were recounted in float32 because the backend's band overflowed (`ranks`)."""
 
     metrics: dict[str, float]
     backend: str
     queries: int
     skipped_queries: int
     rerank: str = ""
+    fallbacks: int = 0
 
 
 class RetrievalEvaluator:
@@ -123,15 +127,18 @@ class RetrievalEvaluator:
             )
         self.rerank = rerank_method(rerank) if rerank is not None else None
         self.last_report: EvaluationReport | None = None
+        # What `auto` compared in the last call: one `choice.Estimate` per candidate arithmetic
+        # (empty when the arithmetic was named, or the evaluation too small to measure).
+        self.last_estimates: tuple[_choice.Estimate, ...] = ()
 
     @property
     def last_backend(self) -> str:
         """The backend of the last `evaluate` call ("" before the first)."""
         return self.last_report.backend if self.last_report is not None else ""
 
-    def _resolve(self) -> tuple[str, torch.device, Block, torch.dtype]:
-        """(name, device, block function, shortlist dtype) for this call; the name says the
-        arithmetic (`torch-cpu-int8`), which `auto` measures once per process."""
+    def _resolve(self) -> tuple[torch.device, str]:
+        """(device, arithmetic) of this call: a name, "faiss" for the faiss backend, or "auto"
+        (decided on the data by `choice`)."""
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("device='cuda' but torch sees no CUDA device; use device='cpu'")
         # `auto` takes CUDA when visible, except for int8 asked by name: a CPU shortlist.
@@ -146,14 +153,29 @@ class RetrievalEvaluator:
                     stacklevel=3,
                 )
                 cuda = False
-            device = torch.device("cuda" if cuda else "cpu")
-            name = f"faiss-{'gpu' if cuda else 'cpu'}-float32"
-            return name, device, _arithmetic.faiss_block(device), torch.float32
+            return torch.device("cuda" if cuda else "cpu"), "faiss"
         device = torch.device("cuda" if cuda else "cpu")
-        arithmetic = _arithmetic.resolve(self.arithmetic, device)
-        low_dtype = _arithmetic.LOW_DTYPES[arithmetic]
-        name = f"torch-{device.type}-{arithmetic}"
-        return name, device, _arithmetic.block(arithmetic, device), low_dtype
+        return device, _arithmetic.resolve(self.arithmetic, device)
+
+    def _blocks(
+        self, sets: EvaluationSets, qe: UnitEmbeddings, ge: UnitEmbeddings, arithmetic: str
+    ) -> tuple[str, Block, Block | None, UnitEmbeddings, UnitEmbeddings]:
+        """(name, block function, float32 fallback for an overflowing band, query and gallery
+        sets in its low dtype) of `arithmetic`; "auto" is decided here, on the sets, and its
+        estimates kept in `last_estimates`."""
+        device = qe.device
+        self.last_estimates = ()
+        if arithmetic == "faiss":
+            name = f"faiss-{device.type}-float32"
+            return name, _arithmetic.faiss_block(device), None, qe, ge
+        if arithmetic == "auto":
+            arithmetic, self.last_estimates = _choice.choose(sets, qe, ge, device)
+        low = _arithmetic.LOW_DTYPES[arithmetic]
+        qe = qe.in_dtype(low)
+        ge = qe if sets.same_set else ge.in_dtype(low)
+        block = _arithmetic.block(arithmetic, device)
+        fallback = None if arithmetic == "float32" else _arithmetic.block("float32", device)
+        return f"torch-{device.type}-{arithmetic}", block, fallback, qe, ge
 
     @like_torch()  # the compiled scans and re-checks: as many threads as torch's
     def evaluate(
@@ -177,17 +199,18 @@ class RetrievalEvaluator:
             self.protocol, query_emb, query_labels, gallery_emb, gallery_labels,
             query_cams, gallery_cams,
         )  # fmt: skip
-        name, device, block, low_dtype = self._resolve()
+        device, arithmetic = self._resolve()
         qe = prepare(
-            sets.query, "query_emb", low_dtype=low_dtype, device=device, chunk=self.chunk_size
+            sets.query, "query_emb", low_dtype=torch.float32, device=device, chunk=self.chunk_size
         )
         if self.rerank is not None:  # the gallery ordered by the re-ranked distance d*
             name, ranks = "torch-cpu-float32", reranked_ranks(sets, self.rerank, self.chunk_size)
         else:
             ge = qe if sets.same_set else prepare(
-                sets.gallery, "gallery_emb", low_dtype=low_dtype, device=device,
+                sets.gallery, "gallery_emb", low_dtype=torch.float32, device=device,
                 chunk=self.chunk_size,
             )  # fmt: skip
+            name, block, fallback, qe, ge = self._blocks(sets, qe, ge, arithmetic)
             ranks = positive_ranks(
                 qe,
                 ge,
@@ -198,6 +221,7 @@ class RetrievalEvaluator:
                 g_cams=sets.gallery_cams,
                 block=block,
                 chunk_size=self.chunk_size,
+                fallback=fallback,
             )
         skipped = int((ranks.counts == 0).sum())
         if skipped == len(ranks.counts):
@@ -212,7 +236,7 @@ class RetrievalEvaluator:
             out["NMI"] = kmeans_nmi(_unit_numpy(qe), sets.query_labels.numpy(), seed=self.nmi_seed)
         rerank = str(self.rerank) if self.rerank is not None else ""
         self.last_report = EvaluationReport(
-            dict(out), name, len(ranks.counts) - skipped, skipped, rerank
+            dict(out), name, len(ranks.counts) - skipped, skipped, rerank, ranks.fallbacks
         )
         return out
 

@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from benchmark.evaluation.bands import Readout
 from benchmark.evaluation.cuda_blocks import HostBlock
-from benchmark.evaluation.ranks import Readout
 from benchmark.evaluation.similarity import LowCopy
 
 FAISS_GPU_HINT = (

@@ -14,44 +14,32 @@ float32 re-check, then, if still unsure, their exact similarity. Memory is one b
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from benchmark.evaluation import _dots, _scan
-from benchmark.evaluation.sets import excluded
-from benchmark.evaluation.similarity import (
-    Levels,
-    LowCopy,
-    UnitEmbeddings,
-    exact_similarities,
-    output_error,
-    raw_error,
-    raw_similarities,
-    shortlist_error,
+from benchmark.evaluation import _scan
+from benchmark.evaluation.bands import (
+    Block,
+    Readout,
+    Shortlist,
+    Tables,
+    exclude_pairs,
+    scan_cols,
+    scan_rows,
+    settle,
+    shortlist_readout,
+    threshold_tables,
 )
+from benchmark.evaluation.sets import excluded
+from benchmark.evaluation.similarity import UnitEmbeddings, exact_similarities, shortlist_error
 
-Readout = torch.dtype | Levels  # a floating-point block's dtype, or the levels of a uint8 one
-
-
-class Shortlist(Protocol):
-    """Low-precision similarity blocks against one gallery copy (`evaluation.arithmetic`)."""
-
-    def __call__(self, q: Tensor, start: int) -> Tensor:
-        """Scores [B, N - start] of query-copy rows q [B, D] against gallery rows start.."""
-        ...
-
-    def readout(self, lowest: float, highest: float) -> Readout:
-        """How the next blocks read, given that every threshold ± ε lies in [lowest, highest]."""
-        ...
-
-
-Block = Callable[[LowCopy, LowCopy], Shortlist]  # (query copy, gallery copy) -> its shortlist
-_EMPTY = np.iinfo(np.int64).max  # floor of a query without positives: no score reaches it
+# A block whose band holds more than this share of its pairs is recomputed in float32: the
+# re-check costs ~100 ns a band pair, the float32 product ~5 ns a pair at D = 512 on 2 Zen 4
+# cores (`bench eval --case collapsed --path int8`), and both scale alike with D.
+FALLBACK_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -65,192 +53,10 @@ class PositiveRanks:
 
     positions: Tensor
     counts: Tensor
+    fallbacks: int = 0  # chunks recounted with float32 blocks (their band overflowed)
 
 
-@dataclass(frozen=True)
-class _Bits:
-    """How a block's scores are read as raw bits: bfloat16 as int16 (shifted into float32's
-    place), float32 as int32, uint8 levels as themselves (their keys are the levels)."""
-
-    dtype: np.dtype
-    shift: int
-
-    @staticmethod
-    def of(scores: Tensor) -> _Bits:
-        if scores.dtype == torch.bfloat16:
-            return _Bits(np.dtype(np.int16), 16)
-        if scores.dtype == torch.float32:
-            return _Bits(np.dtype(np.int32), 0)
-        if scores.dtype == torch.uint8:
-            return _Bits(np.dtype(np.uint8), 0)
-        raise TypeError(f"similarity blocks must be bfloat16, float32 or uint8, not {scores.dtype}")
-
-    def view(self, scores: Tensor) -> np.ndarray:
-        if scores.dtype == torch.uint8:
-            return scores.cpu().contiguous().numpy()
-        torch_dtype = torch.int16 if self.shift else torch.int32
-        return scores.cpu().contiguous().view(torch_dtype).numpy()
-
-
-def _exclude(scores: Tensor, where: tuple[Tensor, Tensor] | Tensor, readout: Readout) -> None:
-    """Set scores[where] below every threshold: -inf, or level 0 (`Levels.covering` keeps every
-    threshold above it). `where` is an index pair, or a bool mask of the first columns. CPU
-    blocks are written through numpy: torch's parallel index_put and masked_fill stalled on
-    the busy 2-core machine."""
-    lowest = 0.0 if isinstance(readout, Levels) else -torch.inf
-    if scores.device.type != "cpu":
-        if isinstance(where, Tensor):
-            scores[:, : where.shape[1]].masked_fill_(where.to(scores.device), lowest)
-        else:
-            scores[where[0].to(scores.device), where[1].to(scores.device)] = lowest
-        return
-    bits = _Bits.of(scores)
-    raw = bits.view(scores)  # the block's own memory, as raw bits
-    value = torch.tensor(lowest, dtype=scores.dtype).view(-1).cpu()
-    raw_value = bits.view(value)[0]
-    if isinstance(where, Tensor):
-        np.copyto(raw[:, : where.shape[1]], raw_value, where=where.numpy())
-    else:
-        raw[where[0].numpy(), where[1].numpy()] = raw_value
-
-
-@dataclass
-class _Tables:
-    """Ragged per-query thresholds (segment ptr[i]:ptr[i+1], ascending) and their counters."""
-
-    ptr: np.ndarray  # [Q + 1] int64
-    t: np.ndarray  # [P] float64 reference similarities (float32 values)
-    lo: np.ndarray  # [P] int64 keys: scores below lo_k are surely below t_k
-    hi: np.ndarray  # [P] int64 keys: scores at or above hi_k are surely at or above t_k
-    floor: np.ndarray  # [Q] int64 key of the lowest lo (_EMPTY without positives)
-    native: np.ndarray  # [Q] the raw bit pattern that can reach floor (see _scan.native_floors)
-    hist: np.ndarray  # [P + Q] int64: negatives per number of thresholds at or below them
-
-
-def _ceil_keys(x: Tensor) -> np.ndarray:
-    """Keys (sign-magnitude float32 bits, as in `_scan`) of the smallest float32 ≥ x (float64)."""
-    f = x.to(torch.float32)
-    f = torch.where(f.to(torch.float64) < x, torch.nextafter(f, torch.tensor(torch.inf)), f)
-    b = f.view(torch.int32).to(torch.int64)
-    return torch.where(b >= 0, b, -(2**31) - b).numpy()
-
-
-def _readout(shortlist: Shortlist, sims: Tensor, eps_in: float) -> Readout:
-    """The shortlist's readout for thresholds `sims` (float32 [P]) within ±eps_in."""
-    if sims.numel() == 0:
-        return shortlist.readout(0.0, 0.0)
-    return shortlist.readout(float(sims.min()) - eps_in, float(sims.max()) + eps_in)
-
-
-def _tables(rows: Tensor, sims: Tensor, n_rows: int, eps_in: float, readout: Readout) -> _Tables:
-    """Tables for queries 0..n_rows-1 from their positive pairs (rows [P], sims [P] float32),
-    keyed for blocks read by `readout` (its output rounding widens each bound)."""
-    counts = torch.bincount(rows, minlength=n_rows)
-    order = torch.argsort(rows * 4.0 + sims.to(torch.float64), stable=True)  # by row, then sim
-    t = sims[order].to(torch.float64)
-    if isinstance(readout, Levels):
-        lo, hi = readout.keys(t, eps_in)
-        bits = _Bits(np.dtype(np.uint8), 0)
-    else:
-        eps = eps_in + output_error(readout, t, eps_in) + 2.0**-30
-        lo, hi = _ceil_keys(t - eps), _ceil_keys(t + eps)
-        bits = _Bits.of(torch.empty(0, dtype=readout))
-    ptr = torch.zeros(n_rows + 1, dtype=torch.int64)
-    ptr[1:] = counts.cumsum(0)
-    ptr_np = ptr.numpy()
-    _scan.monotone_bounds(ptr_np, lo, hi)
-    first = np.minimum(ptr_np[:-1], max(lo.size - 1, 0))
-    floor = np.where(counts.numpy() > 0, lo[first] if lo.size else 0, _EMPTY)
-    native = _scan.native_floors(floor, bits.dtype, bits.shift)
-    hist = np.zeros(t.numel() + n_rows, dtype=np.int64)
-    return _Tables(ptr_np, t.numpy(), lo, hi, floor, native, hist)
-
-
-_ROW_CAP, _TILE_CAP = 1024, 16 * _scan.TILE  # band slots per row / column tile before a refill
-_SORT_PAIRS = 1 << 16  # band pairs above which the float32 look reads them in gallery order
-
-
-def _band_pairs(kernel: Callable, n: int, cap: int, args: tuple) -> tuple[np.ndarray, np.ndarray]:
-    """Run a scan kernel over its n units (rows, or column tiles): one counting pass that keeps
-    up to `cap` band pairs each, then a filling pass over the few that had more."""
-    sel = np.arange(n, dtype=np.int64)
-    band_n = np.zeros(n, dtype=np.int64)
-    band_q, band_g = np.empty(n * cap, dtype=np.int64), np.empty(n * cap, dtype=np.int64)
-    kernel(*args, sel, cap, band_n, band_q, band_g, False)
-    # Units that overflowed are redone whole by the filling pass: none of their slots is kept.
-    kept_n = np.where(band_n > cap, 0, band_n)
-    kept = np.repeat(np.arange(n) * cap - (np.cumsum(kept_n) - kept_n), kept_n)
-    kept += np.arange(kept.size)  # slot j of unit u sits at u·cap + j
-    band_q, band_g = band_q[kept], band_g[kept]
-    over = np.flatnonzero(band_n > cap)
-    if over.size == 0:
-        return band_q, band_g
-    sizes = band_n[over]
-    starts = np.cumsum(sizes) - sizes
-    more_q, more_g = np.empty(int(sizes.sum()), np.int64), np.empty(int(sizes.sum()), np.int64)
-    kernel(*args, over, cap, starts, more_q, more_g, True)
-    return np.concatenate([band_q, more_q]), np.concatenate([band_g, more_g])
-
-
-def _scan_rows(tab: _Tables, scores: Tensor, row0: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of `scores` are queries row0.., columns gallery positions: (query, column) band."""
-    bits = _Bits.of(scores)
-    args = (bits.view(scores), bits.shift, row0, tab.floor, tab.native, tab.ptr, tab.lo, tab.hi,
-            tab.hist)  # fmt: skip
-    return _band_pairs(_scan.scan_rows, scores.shape[0], _ROW_CAP, args)
-
-
-def _scan_cols(tab: _Tables, scores: Tensor, c0: int, item0: int) -> tuple[np.ndarray, np.ndarray]:
-    """Columns c0.. of `scores` are queries item0.., rows their gallery: (query, row) band."""
-    bits = _Bits.of(scores)
-    args = (bits.view(scores), bits.shift, c0, item0, tab.floor, tab.native, tab.ptr, tab.lo,
-            tab.hi, tab.hist)  # fmt: skip
-    tiles = -(-(scores.shape[1] - c0) // _scan.TILE)
-    return _band_pairs(_scan.scan_cols, tiles, _TILE_CAP, args)
-
-
-def _settle(
-    tab: _Tables,
-    q: UnitEmbeddings,
-    g: UnitEmbeddings,
-    q_index: Tensor,
-    pairs: tuple[np.ndarray, np.ndarray],
-    g_index: Tensor | None,
-    *,
-    by_query: bool = False,
-) -> None:
-    """Count the band pairs (query, gallery position): a float32 look (shortlists coarser than
-    float32 only), then exact references for those still within bound of a threshold.
-
-    `q_index` maps table queries to rows of q, `g_index` gallery positions to rows of g.
-    Wide bands are read in the order of the side outside the block's chunk: the gallery, or
-    with `by_query` the queries (the transposed half of a same_set panel).
-    """
-    rows, cols = pairs
-    if rows.size == 0:
-        return
-    # numpy indexing: torch's parallel gathers stall on a busy 2-core machine (`bench eval`).
-    q_map = q_index.numpy()
-    gallery = cols if g_index is None else g_index.numpy()[cols]
-    if g.gallery.values.dtype != torch.float32:
-        if rows.size > _SORT_PAIRS:
-            # Each row outside the chunk (from memory, not cache) is then read once per block
-            # instead of once per pair (int8 bands hold ~600 pairs per query: 3-4x faster).
-            keys, n_keys = (rows, tab.ptr.size - 1) if by_query else (gallery, g.raw.shape[0])
-            in_order = _dots.bucket_order(keys, n_keys)
-            rows, gallery = rows[in_order], gallery[in_order]
-        approx = raw_similarities(q, g, torch.from_numpy(q_map[rows]), torch.from_numpy(gallery))
-        unsure = np.zeros(rows.size, dtype=np.bool_)
-        eps = raw_error(q.dim) + 2.0**-30
-        _scan.count_values(rows, approx.numpy(), tab.ptr, tab.t, eps, tab.hist, unsure)
-        rows, gallery = rows[unsure], gallery[unsure]
-    exact = exact_similarities(q, g, torch.from_numpy(q_map[rows]), torch.from_numpy(gallery))
-    unused = np.zeros(rows.size, dtype=np.bool_)
-    values = exact.numpy().astype(np.float64)
-    _scan.count_values(rows, values, tab.ptr, tab.t, 0.0, tab.hist, unused)
-
-
-def _same_label_pairs(q_labels: Tensor, g_sorted: Tensor) -> tuple[Tensor, Tensor]:
+def same_label_pairs(q_labels: Tensor, g_sorted: Tensor) -> tuple[Tensor, Tensor]:
     """(row, position in g_sorted) of every gallery item sharing the row's label; rows
     ascending, positions ascending within a row."""
     start = torch.searchsorted(g_sorted, q_labels, side="left")
@@ -260,10 +66,15 @@ def _same_label_pairs(q_labels: Tensor, g_sorted: Tensor) -> tuple[Tensor, Tenso
     return rows, start[rows] + offsets
 
 
-def _result(tabs: list[_Tables]) -> PositiveRanks:
+def _result(tabs: list[Tables], fallbacks: int) -> PositiveRanks:
     positions = [torch.from_numpy(_scan.positions(t.ptr, t.hist)) for t in tabs]
     counts = [torch.from_numpy(np.diff(t.ptr)) for t in tabs]
-    return PositiveRanks(torch.cat(positions), torch.cat(counts))
+    return PositiveRanks(torch.cat(positions), torch.cat(counts), fallbacks)
+
+
+def _limit(fallback: Block | None, rows: int, cols: int) -> int | None:
+    """Band pairs above which a block of rows × cols is recomputed by `fallback`, if any."""
+    return None if fallback is None else int(FALLBACK_SHARE * rows * cols)
 
 
 def positive_ranks(
@@ -277,67 +88,120 @@ def positive_ranks(
     g_cams: Tensor | None,
     block: Block,
     chunk_size: int,
+    fallback: Block | None = None,
 ) -> PositiveRanks:
     """Positions of all positives of every query; see the module docstring for the rule.
 
     Excluded from each query's ranking: itself (`same_set`), and the pairs `sets.excluded`
     names (same label, same camera). Junk gallery items must be removed by the caller.
+    `fallback` (float32 blocks, for a coarser `block`) recomputes a chunk whose band holds more
+    than `FALLBACK_SHARE` of its pairs: re-checking them would cost more than its product.
     """
-    eps_in = shortlist_error(q, g)
     if same_set:
-        return _same_set_ranks(q, q_labels, block, chunk_size, eps_in)
-    shortlist = block(q.query, g.gallery)
+        return _same_set_ranks(q, q_labels, block, chunk_size, fallback)
     g_order = torch.argsort(g_labels, stable=True)
     g_sorted = g_labels[g_order]
     # Queries in label order: a chunk then touches few label groups (ranks do not depend on it).
     q_order = torch.argsort(q_labels, stable=True)
-    tabs = []
+    passes = [(q, g, block(q.query, g.gallery), shortlist_error(q, g))]
+    tabs, fallbacks = [], 0
     for start in range(0, q_labels.numel(), chunk_size):
         q_index = q_order[start : start + chunk_size]
-        rows, pos = _same_label_pairs(q_labels[q_index], g_sorted)
+        rows, pos = same_label_pairs(q_labels[q_index], g_sorted)
         g_index = g_order[pos]
         pair_q_cams = q_cams[q_index][rows] if q_cams is not None else None
         pair_g_cams = g_cams[g_index] if g_cams is not None else None
         positive = ~excluded(torch.ones_like(rows, dtype=torch.bool), pair_q_cams, pair_g_cams)
         sims = exact_similarities(q, g, q_index[rows[positive]], g_index[positive])
-        readout = _readout(shortlist, sims, eps_in)
-        tab = _tables(rows[positive], sims, q_index.numel(), eps_in, readout)
-        scores = shortlist(q.query.rows(q_index).values, 0)  # [B, N]
-        _exclude(scores, (rows, g_index), readout)  # same label (and camera, or not)
-        _settle(tab, q, g, q_index, _scan_rows(tab, scores, 0), None)
-        del scores
+        for attempt, (q_p, g_p, shortlist, eps_in) in enumerate(passes):
+            readout = shortlist_readout(shortlist, sims, eps_in)
+            tab = threshold_tables(rows[positive], sims, q_index.numel(), eps_in, readout)
+            scores = shortlist(q_p.query.rows(q_index).values, 0)  # [B, N]
+            exclude_pairs(scores, (rows, g_index), readout)  # same label (and camera, or not)
+            limit = _limit(fallback if attempt == 0 else None, *scores.shape)
+            band = scan_rows(tab, scores, 0, limit)
+            del scores
+            if band is not None:
+                settle(tab, q_p, g_p, q_index, band, None)
+                break
+            if len(passes) == 1 and fallback is not None:  # the first overflow: float32 copies
+                q32, g32 = q.in_dtype(torch.float32), g.in_dtype(torch.float32)
+                passes.append(
+                    (q32, g32, fallback(q32.query, g32.gallery), shortlist_error(q32, g32))
+                )
+            fallbacks += 1
         tabs.append(tab)
-    return _result(tabs)
+    return _result(tabs, fallbacks)
+
+
+@dataclass
+class _Panels:
+    """One arithmetic's blocks over a same_set evaluation in label order (`_same_set_ranks`)."""
+
+    q: UnitEmbeddings
+    order: Tensor
+    query: Tensor  # the query copy's values, rows in label order
+    shortlist: Shortlist
+    readout: Readout
+    tab: Tables
+
+    @staticmethod
+    def of(q: UnitEmbeddings, order: Tensor, block: Block, pairs: Tensor, sims: Tensor) -> _Panels:
+        gallery = q.gallery.rows(order)
+        query = gallery if q.query is q.gallery else q.query.rows(order)  # one copy for both
+        shortlist = block(query, gallery)
+        eps_in = shortlist_error(q, q)
+        readout = shortlist_readout(shortlist, sims, eps_in)
+        tab = threshold_tables(pairs, sims, order.numel(), eps_in, readout)
+        return _Panels(q, order, query.values, shortlist, readout, tab)
+
+    def count(self, s: int, e: int, same: Tensor, fallback: Block | None) -> bool:
+        """Count panel rows [s, e) × columns [s, N) into the table; False, with the histogram
+        partly counted, when a band holds more pairs than `_limit` allows."""
+        n = self.order.numel()
+        scores = self.shortlist(self.query[s:e], s)  # [e - s, n - s]
+        exclude_pairs(scores, same, self.readout)
+        rows = scan_rows(self.tab, scores, s, _limit(fallback, e - s, n - s))
+        cols = scan_cols(self.tab, scores, e - s, e, _limit(fallback, e - s, n - e)) if e < n else (
+            np.empty(0, np.int64), np.empty(0, np.int64))  # fmt: skip
+        del scores
+        if rows is None or cols is None:
+            return False
+        settle(self.tab, self.q, self.q, self.order, rows, self.order[s:])
+        settle(self.tab, self.q, self.q, self.order, cols, self.order[s:], by_query=True)
+        return True
 
 
 def _same_set_ranks(
-    q: UnitEmbeddings, labels: Tensor, block: Block, chunk_size: int, eps_in: float
+    q: UnitEmbeddings, labels: Tensor, block: Block, chunk_size: int, fallback: Block | None
 ) -> PositiveRanks:
     """same_set: items in label order; panel p holds rows [s, e) × columns [s, N), so every
     pair is computed once. Rows count the panel's own queries, columns ≥ e (transposed) count
     the later ones; same-label pairs (the item itself and its positives) are not negatives.
+    A panel whose band overflows is counted again from scratch by `fallback`'s float32 blocks.
     """
     order = torch.argsort(labels, stable=True)
     lab = labels[order]
     n = lab.numel()
-    rows, pos = _same_label_pairs(lab, lab)
+    rows, pos = same_label_pairs(lab, lab)
     positive = pos != rows
     sims = exact_similarities(q, q, order[rows[positive]], order[pos[positive]])
-    gallery = q.gallery.rows(order)
-    query = gallery if q.query is q.gallery else q.query.rows(order)  # one copy for both roles
-    shortlist = block(query, gallery)
-    readout = _readout(shortlist, sims, eps_in)
-    tab = _tables(rows[positive], sims, n, eps_in, readout)
+    panels = _Panels.of(q, order, block, rows[positive], sims)
+    backup: _Panels | None = None
     group_end = torch.searchsorted(lab, lab, side="right")
+    fallbacks = 0
     for s in range(0, n, chunk_size):
         e = min(n, s + chunk_size)
-        scores = shortlist(query.values[s:e], s)  # [e - s, n - s]
         w = int(group_end[e - 1]) - s  # columns [0, w) may share a label with these rows
         same = lab[s:e, None] == lab[None, s : s + w]
-        _exclude(scores, same, readout)
-        _settle(tab, q, q, order, _scan_rows(tab, scores, s), order[s:])
-        if e < n:
-            pairs = _scan_cols(tab, scores, e - s, e)
-            _settle(tab, q, q, order, pairs, order[s:], by_query=True)
-        del scores
-    return _result([tab])
+        saved = panels.tab.hist.copy() if fallback is not None else None
+        if panels.count(s, e, same, fallback):
+            continue
+        assert fallback is not None and saved is not None  # only a limited panel overflows
+        panels.tab.hist[:] = saved
+        if backup is None:
+            backup = _Panels.of(q.in_dtype(torch.float32), order, fallback, rows[positive], sims)
+            backup.tab.hist = panels.tab.hist  # one histogram, counted by either arithmetic
+        backup.count(s, e, same, None)
+        fallbacks += 1
+    return _result([panels.tab], fallbacks)

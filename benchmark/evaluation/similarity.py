@@ -75,6 +75,17 @@ class UnitEmbeddings:
     def gallery(self) -> LowCopy:
         return self._copy("gallery" if self.low_dtype == torch.int8 else "both")
 
+    def in_dtype(self, low_dtype: torch.dtype) -> UnitEmbeddings:
+        """The same rows shortlisted in `low_dtype` (copies built anew, on first use)."""
+        if low_dtype == self.low_dtype:
+            return self
+        return replace(self, low_dtype=low_dtype, _copies={})
+
+    def subset(self, index: Tensor) -> UnitEmbeddings:
+        """Rows `index` only, quantised as in the whole set (the int8 scale is the whole set's
+        peak), so that a sample's blocks read as the whole evaluation's would."""
+        return replace(self, raw=self.raw[index], norms=self.norms[index], _copies={})
+
     def _copy(self, role: str) -> LowCopy:
         if role not in self._copies:
             if role == "both":

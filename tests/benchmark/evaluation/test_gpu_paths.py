@@ -138,7 +138,6 @@ def test_probe_skips_a_candidate_that_raises(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(arithmetic, "block", block)
     seconds = arithmetic.probe_seconds(["float32", "bfloat16"], CPU, rounds=1)
     assert seconds["bfloat16"] == float("inf") and seconds["float32"] < float("inf")
-    assert arithmetic.fastest(seconds) == "float32"
 
 
 def test_int8_from_the_environment_is_a_preference_on_cuda(
@@ -146,9 +145,8 @@ def test_int8_from_the_environment_is_a_preference_on_cuda(
 ) -> None:
     monkeypatch.setenv(arithmetic.ENV_VAR, "int8")
     monkeypatch.setattr(arithmetic, "native", lambda device: ["float32", "bfloat16"])
-    monkeypatch.setattr(arithmetic, "choose", lambda device: "bfloat16")
     with pytest.warns(UserWarning, match="CIRCLEBENCH_EVAL_ARITHMETIC=int8 names a CPU"):
-        assert arithmetic.resolve("auto", CUDA) == "bfloat16"
+        assert arithmetic.resolve("auto", CUDA) == "auto"  # decided on the data, among CUDA's
     assert arithmetic.resolve("auto", CPU) == "int8"
     with pytest.raises(ValueError, match="'int8' is a CPU shortlist"):
         arithmetic.resolve("int8", CUDA)  # asked by name: an error, as before

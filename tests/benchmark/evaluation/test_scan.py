@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from benchmark.evaluation import _scan
-from benchmark.evaluation import ranks as _ranks
+from benchmark.evaluation import bands as _bands
 from benchmark.evaluation.similarity import output_error
 from tests.benchmark.evaluation.conftest import evaluator
 
@@ -29,7 +29,7 @@ def test_keys_order_like_the_values_and_zeros_tie() -> None:
 
 def test_ceil_keys_give_the_smallest_float32_at_or_above() -> None:
     x = torch.tensor([0.1, -0.1, 0.25, -0.0, 1 / 3, -2 / 3], dtype=torch.float64)
-    keys = _ranks._ceil_keys(x)
+    keys = _bands._ceil_keys(x)
     for value, key in zip(x.tolist(), keys.tolist(), strict=True):
         up = np.float32(value)
         if float(up) < value:
@@ -46,7 +46,7 @@ def test_native_floors_select_exactly_the_scores_that_can_reach_the_floor(dtype)
     raw = scores.view(torch.int16 if shift else torch.int32).to(torch.int64).numpy()
     keys = keys_of_float32(scores.float())
     floor_values = torch.tensor([0.3, 1e-3, 0.0, -0.2, 0.123456789], dtype=torch.float64)
-    floors = np.append(_ranks._ceil_keys(floor_values), np.iinfo(np.int64).max)  # + empty
+    floors = np.append(_bands._ceil_keys(floor_values), np.iinfo(np.int64).max)  # + empty
     native = _scan.native_floors(floors, np.dtype(np.int16 if shift else np.int32), shift)
     for f, n in zip(floors, native, strict=True):
         reach = keys >= f
@@ -142,8 +142,8 @@ def test_wide_blocks_and_overflowing_band_slots_stay_exact(
     expected_qg = metrics_from_positions(qg, ks)
     for cap in (None, 1):
         if cap:
-            monkeypatch.setattr(_ranks, "_ROW_CAP", cap)
-            monkeypatch.setattr(_ranks, "_TILE_CAP", cap)
+            monkeypatch.setattr(_bands, "_ROW_CAP", cap)
+            monkeypatch.setattr(_bands, "_TILE_CAP", cap)
         ev = evaluator("same_set", ks, path=path, chunk_size=96)
         assert ev.evaluate(emb, labels) == pytest.approx(expected_same, abs=1e-12)
         ev = evaluator("query_gallery", ks, path=path, chunk_size=64)

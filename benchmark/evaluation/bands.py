@@ -1,0 +1,249 @@
+"""A similarity block's band: the pairs its arithmetic cannot place, found and settled.
+
+A shortlist (`Shortlist`, from `arithmetic`) fills a block of low-precision scores s̃ for a
+chunk of queries. Each query's positives give thresholds t_k (`Tables`): a score more than
+ε_k from t_k (|s̃ - s| ≤ ε_k, see `similarity.shortlist_error` and `output_error`) is on a known
+side of it and counted by the compiled scans (`_scan`); the pairs within ε_k of some threshold
+form the band, which `settle` counts with a float32 look, then, if still unsure, with their
+exact similarity. `ranks` drives these over the whole evaluation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, overload
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from benchmark.evaluation import _dots, _scan
+from benchmark.evaluation.similarity import (
+    Levels,
+    LowCopy,
+    UnitEmbeddings,
+    exact_similarities,
+    output_error,
+    raw_error,
+    raw_similarities,
+)
+
+Readout = torch.dtype | Levels  # a floating-point block's dtype, or the levels of a uint8 one
+
+
+class Shortlist(Protocol):
+    """Low-precision similarity blocks against one gallery copy (`evaluation.arithmetic`)."""
+
+    def __call__(self, q: Tensor, start: int) -> Tensor:
+        """Scores [B, N - start] of query-copy rows q [B, D] against gallery rows start.."""
+        ...
+
+    def readout(self, lowest: float, highest: float) -> Readout:
+        """How the next blocks read, given that every threshold ± ε lies in [lowest, highest]."""
+        ...
+
+
+Block = Callable[[LowCopy, LowCopy], Shortlist]  # (query copy, gallery copy) -> its shortlist
+_EMPTY = np.iinfo(np.int64).max  # floor of a query without positives: no score reaches it
+
+
+@dataclass(frozen=True)
+class _Bits:
+    """How a block's scores are read as raw bits: bfloat16 as int16 (shifted into float32's
+    place), float32 as int32, uint8 levels as themselves (their keys are the levels)."""
+
+    dtype: np.dtype
+    shift: int
+
+    @staticmethod
+    def of(scores: Tensor) -> _Bits:
+        if scores.dtype == torch.bfloat16:
+            return _Bits(np.dtype(np.int16), 16)
+        if scores.dtype == torch.float32:
+            return _Bits(np.dtype(np.int32), 0)
+        if scores.dtype == torch.uint8:
+            return _Bits(np.dtype(np.uint8), 0)
+        raise TypeError(f"similarity blocks must be bfloat16, float32 or uint8, not {scores.dtype}")
+
+    def view(self, scores: Tensor) -> np.ndarray:
+        if scores.dtype == torch.uint8:
+            return scores.cpu().contiguous().numpy()
+        torch_dtype = torch.int16 if self.shift else torch.int32
+        return scores.cpu().contiguous().view(torch_dtype).numpy()
+
+
+def exclude_pairs(scores: Tensor, where: tuple[Tensor, Tensor] | Tensor, readout: Readout) -> None:
+    """Set scores[where] below every threshold: -inf, or level 0 (`Levels.covering` keeps every
+    threshold above it). `where` is an index pair, or a bool mask of the first columns. CPU
+    blocks are written through numpy: torch's parallel index_put and masked_fill stalled on
+    the busy 2-core machine."""
+    lowest = 0.0 if isinstance(readout, Levels) else -torch.inf
+    if scores.device.type != "cpu":
+        if isinstance(where, Tensor):
+            scores[:, : where.shape[1]].masked_fill_(where.to(scores.device), lowest)
+        else:
+            scores[where[0].to(scores.device), where[1].to(scores.device)] = lowest
+        return
+    bits = _Bits.of(scores)
+    raw = bits.view(scores)  # the block's own memory, as raw bits
+    value = torch.tensor(lowest, dtype=scores.dtype).view(-1).cpu()
+    raw_value = bits.view(value)[0]
+    if isinstance(where, Tensor):
+        np.copyto(raw[:, : where.shape[1]], raw_value, where=where.numpy())
+    else:
+        raw[where[0].numpy(), where[1].numpy()] = raw_value
+
+
+@dataclass
+class Tables:
+    """Ragged per-query thresholds (segment ptr[i]:ptr[i+1], ascending) and their counters."""
+
+    ptr: np.ndarray  # [Q + 1] int64
+    t: np.ndarray  # [P] float64 reference similarities (float32 values)
+    lo: np.ndarray  # [P] int64 keys: scores below lo_k are surely below t_k
+    hi: np.ndarray  # [P] int64 keys: scores at or above hi_k are surely at or above t_k
+    floor: np.ndarray  # [Q] int64 key of the lowest lo (_EMPTY without positives)
+    native: np.ndarray  # [Q] the raw bit pattern that can reach floor (see _scan.native_floors)
+    hist: np.ndarray  # [P + Q] int64: negatives per number of thresholds at or below them
+
+
+def _ceil_keys(x: Tensor) -> np.ndarray:
+    """Keys (sign-magnitude float32 bits, as in `_scan`) of the smallest float32 ≥ x (float64)."""
+    f = x.to(torch.float32)
+    f = torch.where(f.to(torch.float64) < x, torch.nextafter(f, torch.tensor(torch.inf)), f)
+    b = f.view(torch.int32).to(torch.int64)
+    return torch.where(b >= 0, b, -(2**31) - b).numpy()
+
+
+def shortlist_readout(shortlist: Shortlist, sims: Tensor, eps_in: float) -> Readout:
+    """The shortlist's readout for thresholds `sims` (float32 [P]) within ±eps_in."""
+    if sims.numel() == 0:
+        return shortlist.readout(0.0, 0.0)
+    return shortlist.readout(float(sims.min()) - eps_in, float(sims.max()) + eps_in)
+
+
+def threshold_tables(
+    rows: Tensor, sims: Tensor, n_rows: int, eps_in: float, readout: Readout
+) -> Tables:
+    """Tables for queries 0..n_rows-1 from their positive pairs (rows [P], sims [P] float32),
+    keyed for blocks read by `readout` (its output rounding widens each bound)."""
+    counts = torch.bincount(rows, minlength=n_rows)
+    order = torch.argsort(rows * 4.0 + sims.to(torch.float64), stable=True)  # by row, then sim
+    t = sims[order].to(torch.float64)
+    if isinstance(readout, Levels):
+        lo, hi = readout.keys(t, eps_in)
+        bits = _Bits(np.dtype(np.uint8), 0)
+    else:
+        eps = eps_in + output_error(readout, t, eps_in) + 2.0**-30
+        lo, hi = _ceil_keys(t - eps), _ceil_keys(t + eps)
+        bits = _Bits.of(torch.empty(0, dtype=readout))
+    ptr = torch.zeros(n_rows + 1, dtype=torch.int64)
+    ptr[1:] = counts.cumsum(0)
+    ptr_np = ptr.numpy()
+    _scan.monotone_bounds(ptr_np, lo, hi)
+    first = np.minimum(ptr_np[:-1], max(lo.size - 1, 0))
+    floor = np.where(counts.numpy() > 0, lo[first] if lo.size else 0, _EMPTY)
+    native = _scan.native_floors(floor, bits.dtype, bits.shift)
+    hist = np.zeros(t.numel() + n_rows, dtype=np.int64)
+    return Tables(ptr_np, t.numpy(), lo, hi, floor, native, hist)
+
+
+_ROW_CAP, _TILE_CAP = 1024, 16 * _scan.TILE  # band slots per row / column tile before a refill
+_SORT_PAIRS = 1 << 16  # band pairs above which the float32 look reads them in gallery order
+
+
+Band = tuple[np.ndarray, np.ndarray]  # (query, gallery position) of each band pair
+
+
+def _band_pairs(kernel: Callable, n: int, cap: int, args: tuple, limit: int | None) -> Band | None:
+    """Run a scan kernel over its n units (rows, or column tiles): one counting pass that keeps
+    up to `cap` band pairs each, then a filling pass over the few that had more. None, before
+    the filling pass allocates anything, when the band holds more than `limit` pairs."""
+    sel = np.arange(n, dtype=np.int64)
+    band_n = np.zeros(n, dtype=np.int64)
+    band_q, band_g = np.empty(n * cap, dtype=np.int64), np.empty(n * cap, dtype=np.int64)
+    kernel(*args, sel, cap, band_n, band_q, band_g, False)
+    if limit is not None and int(band_n.sum()) > limit:
+        return None
+    # Units that overflowed are redone whole by the filling pass: none of their slots is kept.
+    kept_n = np.where(band_n > cap, 0, band_n)
+    kept = np.repeat(np.arange(n) * cap - (np.cumsum(kept_n) - kept_n), kept_n)
+    kept += np.arange(kept.size)  # slot j of unit u sits at u·cap + j
+    band_q, band_g = band_q[kept], band_g[kept]
+    over = np.flatnonzero(band_n > cap)
+    if over.size == 0:
+        return band_q, band_g
+    sizes = band_n[over]
+    starts = np.cumsum(sizes) - sizes
+    more_q, more_g = np.empty(int(sizes.sum()), np.int64), np.empty(int(sizes.sum()), np.int64)
+    kernel(*args, over, cap, starts, more_q, more_g, True)
+    return np.concatenate([band_q, more_q]), np.concatenate([band_g, more_g])
+
+
+@overload
+def scan_rows(tab: Tables, scores: Tensor, row0: int, limit: None = None) -> Band: ...
+@overload
+def scan_rows(tab: Tables, scores: Tensor, row0: int, limit: int | None) -> Band | None: ...
+def scan_rows(tab: Tables, scores: Tensor, row0: int, limit: int | None = None) -> Band | None:
+    """Rows of `scores` are queries row0.., columns gallery positions: the (query, column)
+    band; None when it holds more than `limit` pairs (sure pairs are counted either way)."""
+    bits = _Bits.of(scores)
+    args = (bits.view(scores), bits.shift, row0, tab.floor, tab.native, tab.ptr, tab.lo, tab.hi,
+            tab.hist)  # fmt: skip
+    return _band_pairs(_scan.scan_rows, scores.shape[0], _ROW_CAP, args, limit)
+
+
+def scan_cols(
+    tab: Tables, scores: Tensor, c0: int, item0: int, limit: int | None = None
+) -> Band | None:
+    """Columns c0.. of `scores` are queries item0.., rows their gallery: the (query, row)
+    band; None when it holds more than `limit` pairs."""
+    bits = _Bits.of(scores)
+    args = (bits.view(scores), bits.shift, c0, item0, tab.floor, tab.native, tab.ptr, tab.lo,
+            tab.hi, tab.hist)  # fmt: skip
+    tiles = -(-(scores.shape[1] - c0) // _scan.TILE)
+    return _band_pairs(_scan.scan_cols, tiles, _TILE_CAP, args, limit)
+
+
+def settle(
+    tab: Tables,
+    q: UnitEmbeddings,
+    g: UnitEmbeddings,
+    q_index: Tensor,
+    pairs: Band,
+    g_index: Tensor | None,
+    *,
+    by_query: bool = False,
+) -> int:
+    """Count the band pairs (query, gallery position): a float32 look (shortlists coarser than
+    float32 only), then exact references for those still within bound of a threshold. Returns
+    how many pairs needed their exact reference.
+
+    `q_index` maps table queries to rows of q, `g_index` gallery positions to rows of g.
+    Wide bands are read in the order of the side outside the block's chunk: the gallery, or
+    with `by_query` the queries (the transposed half of a same_set panel).
+    """
+    rows, cols = pairs
+    if rows.size == 0:
+        return 0
+    # numpy indexing: torch's parallel gathers stall on a busy 2-core machine (`bench eval`).
+    q_map = q_index.numpy()
+    gallery = cols if g_index is None else g_index.numpy()[cols]
+    if g.gallery.values.dtype != torch.float32:
+        if rows.size > _SORT_PAIRS:
+            # Each row outside the chunk (from memory, not cache) is then read once per block
+            # instead of once per pair (int8 bands hold ~600 pairs per query: 3-4x faster).
+            keys, n_keys = (rows, tab.ptr.size - 1) if by_query else (gallery, g.raw.shape[0])
+            in_order = _dots.bucket_order(keys, n_keys)
+            rows, gallery = rows[in_order], gallery[in_order]
+        approx = raw_similarities(q, g, torch.from_numpy(q_map[rows]), torch.from_numpy(gallery))
+        unsure = np.zeros(rows.size, dtype=np.bool_)
+        eps = raw_error(q.dim) + 2.0**-30
+        _scan.count_values(rows, approx.numpy(), tab.ptr, tab.t, eps, tab.hist, unsure)
+        rows, gallery = rows[unsure], gallery[unsure]
+    exact = exact_similarities(q, g, torch.from_numpy(q_map[rows]), torch.from_numpy(gallery))
+    unused = np.zeros(rows.size, dtype=np.bool_)
+    values = exact.numpy().astype(np.float64)
+    _scan.count_values(rows, values, tab.ptr, tab.t, 0.0, tab.hist, unused)
+    return int(rows.size)

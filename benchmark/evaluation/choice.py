@@ -1,0 +1,242 @@
+"""`auto`: the shortlist arithmetic with the least whole cost on the data being evaluated.
+
+A lower precision computes the product faster, but every pair it cannot place (a negative
+within its error ε of a positive's similarity) goes to the exact re-check, and how many pairs
+that is depends on the data, not on the hardware: on clustered embeddings int8's band
+(ε ≈ 0.04) holds about 1 % of the pairs, on a nearly collapsed embedding (every cosine above
+0.9) most of them, and the re-check then costs many times the product (`bench eval --case
+collapsed`). So each candidate's cost is
+
+    product   multiply-adds of the evaluation × the probe's seconds per multiply-add
+              (`arithmetic.probe`): the product-only bound;
+    scan      pairs scanned × seconds per pair of the compiled scan of that arithmetic's
+              blocks, timed once per process on a probe-sized block;
+    re-check  band pairs × the float32 look (coarser than float32 only) + pairs left unsure
+              × the exact reference, each timed on this evaluation's own rows.
+
+The band counts come from a sample of the evaluation itself: `SAMPLE_QUERIES` queries against
+`SAMPLE_GALLERY` gallery items spread evenly over the sets, each query's thresholds its real
+positives in the whole gallery, so a sampled negative is in the band exactly when it would be
+in the full run; counts scale by the pairs. Counting, not timing, the sample keeps the choice
+stable on a busy machine. Every arithmetic is exact: the choice changes time and memory, never
+the metrics. An evaluation of fewer than `SMALL_MACS` multiply-adds takes float32 without
+measuring anything, since every arithmetic finishes it faster than the probe would run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from benchmark.evaluation import _dots
+from benchmark.evaluation import arithmetic as _arithmetic
+from benchmark.evaluation.bands import (
+    Block,
+    exclude_pairs,
+    scan_rows,
+    settle,
+    shortlist_readout,
+    threshold_tables,
+)
+from benchmark.evaluation.ranks import same_label_pairs
+from benchmark.evaluation.sets import EvaluationSets, excluded
+from benchmark.evaluation.similarity import (
+    UnitEmbeddings,
+    exact_similarities,
+    prepare,
+    raw_similarities,
+    shortlist_error,
+)
+
+SAMPLE_QUERIES, SAMPLE_GALLERY = 512, 1024
+SMALL_MACS = 2**32  # about 0.1 s of float32 products on 2 cores
+_PROBE_ROWS, _PROBE_COLS, _PROBE_DIM = 1024, 8192, 512  # `arithmetic.probe_seconds`'s block
+_TIMED_PAIRS = 1 << 15  # pairs of the look and exact timings
+_SCANS: dict[tuple[str, int | None, int], dict[str, float]] = {}  # seconds per scanned pair
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One candidate's predicted cost of an evaluation, in seconds, and its sampled band."""
+
+    arithmetic: str
+    product_s: float  # the product-only bound: probe speed × multiply-adds
+    scan_s: float
+    recheck_s: float  # float32 look and exact references of the band
+    band_fraction: float  # share of the sample's negative pairs in the band
+
+    @property
+    def total_s(self) -> float:
+        return self.product_s + self.scan_s + self.recheck_s
+
+    def describe(self) -> str:
+        return (
+            f"{self.arithmetic} {self.total_s:.2f} s (product {self.product_s:.2f}, scan "
+            f"{self.scan_s:.2f}, re-check {self.recheck_s:.2f}; "
+            f"band {100 * self.band_fraction:.2g} %)"
+        )
+
+
+def choose(
+    sets: EvaluationSets, q: UnitEmbeddings, g: UnitEmbeddings, device: torch.device
+) -> tuple[str, tuple[Estimate, ...]]:
+    """The arithmetic `auto` runs for these sets, and the estimates it compared (none for a
+    small evaluation, which takes float32)."""
+    if product_macs(sets) < SMALL_MACS:
+        return "float32", ()
+    found = estimates(sets, q, g, device)
+    return cheapest(found), tuple(found)
+
+
+def cheapest(estimates: list[Estimate]) -> str:
+    """The arithmetic of least estimated total (float32 on ties)."""
+    return min(estimates, key=lambda e: (e.total_s, e.arithmetic != "float32")).arithmetic
+
+
+def product_macs(sets: EvaluationSets) -> int:
+    """Multiply-adds of the evaluation's shortlist products (same_set computes each pair once)."""
+    n_q, n_g, dim = sets.query.shape[0], sets.gallery.shape[0], sets.query.shape[1]
+    pairs = n_q * (n_q + 1) // 2 if sets.same_set else n_q * n_g
+    return pairs * dim
+
+
+def estimates(
+    sets: EvaluationSets, q: UnitEmbeddings, g: UnitEmbeddings, device: torch.device
+) -> list[Estimate]:
+    """The cost of each native arithmetic of `device` on these sets (see the module docstring).
+
+    `q` and `g` are the prepared sets (any low dtype; `g` is `q` under same_set).
+    """
+    probe, scans = _arithmetic.probe(device), scan_seconds(device)
+    macs = product_macs(sets)
+    n_q, n_g = sets.query.shape[0], sets.gallery.shape[0]
+    ordered = n_q * (n_q - 1) if sets.same_set else n_q * n_g  # pairs scanned (each way)
+    rows = _spread(n_q, SAMPLE_QUERIES)
+    cols = _spread(n_g, SAMPLE_GALLERY)
+    thresholds = _sample_thresholds(sets, q, g, rows)
+    look, exact = _per_pair(raw_similarities, q, g), _per_pair(exact_similarities, q, g)
+    out = []
+    for name in _arithmetic.native(device):
+        if not np.isfinite(probe[name]):
+            continue  # a candidate this build cannot run
+        low = _arithmetic.LOW_DTYPES[name]
+        band, checked, negatives = _sample_band(
+            sets, q.in_dtype(low), g.in_dtype(low), rows, cols, thresholds,
+            _arithmetic.block(name, device),
+        )  # fmt: skip
+        scale = ordered / max(negatives, 1)
+        looked = band if name != "float32" else 0
+        out.append(
+            Estimate(
+                name,
+                product_s=probe[name] / (_PROBE_ROWS * _PROBE_COLS * _PROBE_DIM) * macs,
+                scan_s=scans[name] * ordered,
+                recheck_s=(looked * look + checked * exact) * scale,
+                band_fraction=band / max(negatives, 1),
+            )
+        )
+    return out
+
+
+def scan_seconds(device: torch.device) -> dict[str, float]:
+    """Seconds per pair of scanning each native arithmetic's blocks (best of three on a
+    probe-sized block with a narrow band), once per process, device and thread count."""
+    key = (device.type, device.index, torch.get_num_threads())
+    if key not in _SCANS:
+        # Groups of 4 near-copies (cosine ≈ 0.9): each probe query has 3 positives, far from
+        # its negatives (≈ 0 ± 0.05), so even int8's band is empty and the scan alone is timed.
+        gen = torch.Generator().manual_seed(0)
+        n = _PROBE_ROWS + _PROBE_COLS
+        labels = torch.arange(n) // 4
+        base = torch.randn(n // 4, _PROBE_DIM, generator=gen)
+        raw = base[labels] + 0.3 * torch.randn(n, _PROBE_DIM, generator=gen)
+        seconds = {}
+        for name in _arithmetic.native(device):
+            low = _arithmetic.LOW_DTYPES[name]
+            emb = prepare(raw, "probe", low_dtype=low, device=device, chunk=4096)
+            sets = EvaluationSets(raw, labels, raw, labels, None, None, same_set=True)
+            rows, cols = torch.arange(_PROBE_ROWS), torch.arange(_PROBE_ROWS, raw.shape[0])
+            thresholds = _sample_thresholds(sets, emb, emb, rows)
+            q_s, g_s = emb.subset(rows), emb.subset(cols)
+            shortlist = _arithmetic.block(name, device)(q_s.query, g_s.gallery)
+            eps_in = shortlist_error(q_s, g_s)
+            readout = shortlist_readout(shortlist, thresholds[1], eps_in)
+            best = float("inf")
+            for _ in range(3):
+                tab = threshold_tables(*thresholds, _PROBE_ROWS, eps_in, readout)
+                scores = shortlist(q_s.query.values, 0)
+                start = time.perf_counter()
+                scan_rows(tab, scores, 0)
+                best = min(best, time.perf_counter() - start)
+            seconds[name] = best / (_PROBE_ROWS * _PROBE_COLS)
+        _SCANS[key] = seconds
+    return _SCANS[key]
+
+
+def _per_pair(similarities: Callable, q: UnitEmbeddings, g: UnitEmbeddings) -> float:
+    """Seconds per pair of `similarities` (the float32 look or the exact reference) on this
+    evaluation's rows, pairs in gallery order as a wide band reads them; best of three."""
+    gen = torch.Generator().manual_seed(0)
+    q_rows = torch.randint(0, q.raw.shape[0], (_TIMED_PAIRS,), generator=gen)
+    g_rows = torch.randint(0, g.raw.shape[0], (_TIMED_PAIRS,), generator=gen)
+    order = torch.from_numpy(_dots.bucket_order(g_rows.numpy(), g.raw.shape[0]))
+    q_rows, g_rows = q_rows[order], g_rows[order]
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        similarities(q, g, q_rows, g_rows)
+        best = min(best, time.perf_counter() - start)
+    return best / _TIMED_PAIRS
+
+
+def _spread(n: int, k: int) -> Tensor:
+    """min(n, k) indices spread evenly over 0..n-1."""
+    return torch.linspace(0, n - 1, min(n, k)).round().long().unique()
+
+
+def _sample_thresholds(
+    sets: EvaluationSets, q: UnitEmbeddings, g: UnitEmbeddings, rows: Tensor
+) -> tuple[Tensor, Tensor]:
+    """(sample row [P], reference similarity [P] float32) of every positive of the sampled
+    queries in the whole gallery: the thresholds the full run gives them."""
+    g_order = torch.argsort(sets.gallery_labels, stable=True)
+    pair_rows, pos = same_label_pairs(sets.query_labels[rows], sets.gallery_labels[g_order])
+    g_index = g_order[pos]
+    keep = ~excluded(
+        torch.ones_like(pair_rows, dtype=torch.bool),
+        sets.query_cams[rows][pair_rows] if sets.query_cams is not None else None,
+        sets.gallery_cams[g_index] if sets.gallery_cams is not None else None,
+    )
+    if sets.same_set:
+        keep &= g_index != rows[pair_rows]  # an item is not its own positive
+    pair_rows, g_index = pair_rows[keep], g_index[keep]
+    return pair_rows, exact_similarities(q, g, rows[pair_rows], g_index)
+
+
+def _sample_band(
+    sets: EvaluationSets,
+    q: UnitEmbeddings,
+    g: UnitEmbeddings,
+    rows: Tensor,
+    cols: Tensor,
+    thresholds: tuple[Tensor, Tensor],
+    block: Block,
+) -> tuple[int, int, int]:
+    """(band pairs, pairs needing their exact reference, negative pairs) of the sample block
+    rows × cols, scanned and settled as `ranks` does."""
+    q_s, g_s = q.subset(rows), g.subset(cols)
+    eps_in = shortlist_error(q_s, g_s)
+    shortlist = block(q_s.query, g_s.gallery)
+    readout = shortlist_readout(shortlist, thresholds[1], eps_in)
+    tab = threshold_tables(*thresholds, rows.numel(), eps_in, readout)
+    scores = shortlist(q_s.query.values, 0)  # [S, S_g]
+    same = sets.query_labels[rows][:, None] == sets.gallery_labels[cols][None, :]
+    exclude_pairs(scores, same, readout)  # positives (and the item itself) are not negatives
+    band = scan_rows(tab, scores, 0)
+    checked = settle(tab, q_s, g_s, torch.arange(rows.numel()), band, None)
+    return int(band[0].size), checked, int((~same).sum())
