@@ -189,7 +189,9 @@ def build(
     board.insert(2, "requires", board["group"].map(requires))
     write_csv(board, out / "leaderboard.csv")
     if summary.ran:  # the machine that trained; aggregating elsewhere keeps the stored fingerprint
-        numerics.write(out, summary.numerics or numerics.fingerprint())
+        made = summary.numerics or numerics.fingerprint()
+        kept = set(rows["cell_id"]) - set(summary.ran)  # rows an earlier run made
+        numerics.write(out, numerics.merged(numerics.read(out), made) if kept else made)
     paper_csv = results_dir / "paper_reference.csv"
     paper = read_paper_reference(paper_csv) if paper_csv.is_file() else pd.DataFrame()
     studies = suite_studies(suite)

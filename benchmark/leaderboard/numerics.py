@@ -57,3 +57,12 @@ def read(folder: Path) -> str | None:
 def write(folder: Path, value: str) -> None:
     """Store a fingerprint beside a leaderboard (atomically, like every result file)."""
     write_text(folder / FILE_NAME, value + "\n")
+
+
+def merged(stored: str | None, made: str) -> str:
+    """The fingerprint of a board whose new rows were made with `made` beside rows made with
+    `stored`: "a+b" when the two differ, which never equals one machine's, so `--check` then
+    compares every cell by the looser rules of other numerics."""
+    if stored is None:
+        return made
+    return "+".join(sorted(set(stored.split("+")) | set(made.split("+"))))

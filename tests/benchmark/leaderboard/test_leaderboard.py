@@ -497,6 +497,26 @@ def test_every_committed_suite_parses(name: str, monkeypatch: pytest.MonkeyPatch
     assert suite.cells(), f"suite {name} has no cells"
 
 
+def test_new_rows_beside_rows_of_other_numerics_make_a_mixed_board(
+    project: Path, calls: list[list[str]]
+) -> None:
+    """Cells added on another machine to a board made elsewhere: the board is no longer one
+    machine's, and a rerun of all of it on one machine is."""
+    leaderboard.main(["--suite", "t", "--no-wandb"])
+    stored = project / "results/suites/t" / numerics.FILE_NAME
+    stored.write_text("0123456789ab\n")  # as if the rows were made elsewhere
+    rows_csv = project / "results/suites/t/rows.csv"
+    rows = read_results(rows_csv)
+    rows[rows["cell_id"] != "syn/circle/seed0"].to_csv(rows_csv, index=False)
+    leaderboard.main(["--suite", "t", "--no-wandb"])  # reruns that one cell here
+    here = numerics.fingerprint()
+    assert stored.read_text().strip() == "+".join(sorted(["0123456789ab", here]))
+    assert numerics.merged("b+a", "a") == "a+b" and numerics.merged(None, "a") == "a"
+    rows_csv.unlink()
+    leaderboard.main(["--suite", "t", "--no-wandb"])
+    assert stored.read_text().strip() == here
+
+
 def test_numerics_fingerprint_is_stable_and_stored_beside_the_board(tmp_path: Path) -> None:
     value = numerics.fingerprint()
     assert value == numerics.fingerprint() and len(value) == 12 and int(value, 16) >= 0
