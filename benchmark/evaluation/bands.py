@@ -150,6 +150,7 @@ def threshold_tables(
 
 
 _ROW_CAP, _TILE_CAP = 1024, 16 * _scan.TILE  # band slots per row / column tile before a refill
+_HEAD = 32  # units scanned first when a band limit applies (`_band_pairs`)
 _SORT_PAIRS = 1 << 16  # band pairs above which the float32 look reads them in gallery order
 
 
@@ -159,11 +160,19 @@ Band = tuple[np.ndarray, np.ndarray]  # (query, gallery position) of each band p
 def _band_pairs(kernel: Callable, n: int, cap: int, args: tuple, limit: int | None) -> Band | None:
     """Run a scan kernel over its n units (rows, or column tiles): one counting pass that keeps
     up to `cap` band pairs each, then a filling pass over the few that had more. None, before
-    the filling pass allocates anything, when the band holds more than `limit` pairs."""
+    the filling pass allocates anything, when the band holds more than `limit` pairs: decided
+    on the first `_HEAD` units when their band already exceeds their share of `limit` (where
+    most pairs are in the band, classifying them all costs several times the product)."""
     sel = np.arange(n, dtype=np.int64)
     band_n = np.zeros(n, dtype=np.int64)
     band_q, band_g = np.empty(n * cap, dtype=np.int64), np.empty(n * cap, dtype=np.int64)
-    kernel(*args, sel, cap, band_n, band_q, band_g, False)
+    head = min(n, _HEAD) if limit is not None else n
+    kernel(*args, sel[:head], cap, band_n, band_q, band_g, False)
+    if limit is not None and int(band_n[:head].sum()) * n > limit * head:
+        return None
+    if head < n:  # the rest, each unit's slots where the whole pass would have put them
+        rest = (sel[head:], cap, band_n[head:], band_q[head * cap :], band_g[head * cap :])
+        kernel(*args, *rest, False)
     if limit is not None and int(band_n.sum()) > limit:
         return None
     # Units that overflowed are redone whole by the filling pass: none of their slots is kept.
