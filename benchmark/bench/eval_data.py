@@ -10,7 +10,7 @@ which a low-precision shortlist leaves many pairs to the exact re-check:
 - `collapsed`: 30,000 × 256, 3,000 classes of 10 around a large shared direction, so every
   cosine similarity lies above ≈ 0.9 (a barely trained or collapsed model, like the pooled
   ReLU features of our floors);
-- `duplicates`: SOP's size, where a third of the items are exact copies of another item of
+- `duplicates`: SOP's size, where a fifth of the items are exact copies of another item of
   their class and 1 % copies of an item of another class (ties at every precision);
 - `low-rank`: SOP's size, clustered in a 6-D subspace of 512-D (a head that collapsed onto a
   few directions): classes crowd each other in the few dimensions left.
@@ -119,7 +119,8 @@ def _labels(case: Case, n: int, gen: torch.Generator) -> Tensor:
 
 
 def _with_copies(emb: Tensor, labels: Tensor, gen: torch.Generator) -> Tensor:
-    """`emb` where a third of the rows copy another row of their class and 1 % a row of
+    """`emb` where about a fifth of the rows copy another row of their class (a third of the
+    label-order neighbours are drawn, some of whose sources are drawn too) and 1 % a row of
     another class (float32 copies: every arithmetic sees exact ties)."""
     out = emb.clone()
     n = labels.numel()

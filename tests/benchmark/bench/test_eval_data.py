@@ -1,0 +1,56 @@
+"""`bench eval`'s data: deterministic, scaled by --subset, and as stressing as each case says."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmark.bench.eval import product_bound
+from benchmark.bench.eval_data import CASES, REAL_SIZES, make_data, scaled_case
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_case_is_deterministic_and_scales(name: str) -> None:
+    case = scaled_case(CASES[name], 0.02)
+    first, second = make_data(case), make_data(case)
+    assert first["query_emb"].shape == (case.n_query, case.dim)
+    for key, value in first.items():
+        assert value is None or torch.equal(value, second[key])
+    if case.protocol == "query_gallery":
+        assert first["gallery_emb"].shape == (case.n_gallery, case.dim)
+
+
+def cosines(x: torch.Tensor) -> torch.Tensor:
+    unit = torch.nn.functional.normalize(x)
+    return unit @ unit.T
+
+
+def test_collapsed_puts_every_cosine_above_085_and_positives_barely_above() -> None:
+    data = make_data(scaled_case(CASES["collapsed"], 0.05))
+    x, labels = data["query_emb"][:1000], data["query_labels"][:1000]
+    sims, same = cosines(x), labels[:, None] == labels[None, :]
+    assert sims.min() > 0.85
+    gap = sims[same & ~torch.eye(1000, dtype=torch.bool)].mean() - sims[~same].mean()
+    assert 0.01 < gap < 0.05  # within int8's error (≈ 0.04) of the negatives
+
+
+def test_duplicates_copies_items_within_and_across_classes() -> None:
+    data = make_data(scaled_case(CASES["duplicates"], 0.05))
+    x, labels = data["query_emb"], data["query_labels"]
+    rows, cols = torch.nonzero(torch.triu((x[:, None] == x[None, :]).all(-1), diagonal=1)).T
+    same = labels[rows] == labels[cols]
+    assert same.sum() > len(x) / 6 and (~same).sum() > len(x) / 200
+
+
+def test_low_rank_lives_in_its_latent_dimensions() -> None:
+    case = scaled_case(CASES["low-rank"], 0.02)
+    x = make_data(case)["query_emb"]
+    assert torch.linalg.matrix_rank(x) == case.latent
+
+
+def test_the_default_cases_are_the_real_sizes_and_the_bound_counts_pairs_once() -> None:
+    assert REAL_SIZES == ("market", "msmt17", "sop")
+    sop, market = CASES["sop"], CASES["market"]
+    probe_macs = 1024 * 8192 * 512
+    assert product_bound(sop, 1.0) == pytest.approx(60_502 * 60_503 / 2 * 512 / probe_macs)
+    assert product_bound(market, 1.0) == pytest.approx(3_368 * 15_913 * 2048 / probe_macs)
