@@ -5,11 +5,12 @@ For a query with positives of reference similarities t_1 ≥ … ≥ t_R, the k-
     position_k = k + #{negatives j : s_j ≥ t_k}          (1-based; ties rank negatives first)
 
 and every metric is a function of these positions. The counts come from one low-precision
-similarity block per query chunk, scanned by compiled kernels (`_scan`): a score s̃
-more than ε_k away from t_k (|s̃ - s| ≤ ε_k, see `similarity.shortlist_error` and
-`output_error`) is on a known side of it, and only the pairs within ε_k of some threshold get a
-float32 re-check, then, if still unsure, their exact similarity. Memory is one block of
-`chunk × N` shortlist scores plus one threshold and one counter per positive pair.
+similarity block per query chunk (`bands`): a score s̃ more than ε_k away from t_k
+(|s̃ - s| ≤ ε_k, see `similarity.shortlist_error` and `output_error`) is on a known side of it,
+and only the pairs within ε_k of some threshold, the band, get a float32 re-check, then, if
+still unsure, their exact similarity. A chunk whose band holds more than `FALLBACK_SHARE` of
+its pairs is counted again with float32 blocks. Memory is one block of `chunk × N` shortlist
+scores plus one threshold and one counter per positive pair.
 """
 
 from __future__ import annotations
