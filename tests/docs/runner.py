@@ -42,7 +42,12 @@ class ParsedOnly(Exception):
 def prepare(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The page's working folder: copies of experiments/ and results/, offline settings."""
     shutil.copytree(REPO / "experiments", folder / "experiments")
-    shutil.copytree(REPO / "results", folder / "results")
+    # What git tracks of results/ (.gitignore): a developer's regenerated board leaves GBs of
+    # runs, logs and studies there, and forty pages each copying them filled the disk.
+    untracked = shutil.ignore_patterns(
+        "runs", "logs", "wandb", "tuning", "quick", "*.lock", "*.tmp"
+    )
+    shutil.copytree(REPO / "results", folder / "results", ignore=untracked)
     monkeypatch.chdir(folder)
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.setattr(sys, "argv", ["circlebench"])  # LightningCLI compares args with it
