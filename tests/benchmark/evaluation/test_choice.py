@@ -62,13 +62,13 @@ def test_a_coarser_arithmetic_leaves_a_wider_band_and_collapsed_data_fills_int8s
     sets, q, _ = prepared(x, labels)
     rows, cols = choice._spread(1200, 300), choice._spread(1200, 600)
     thresholds = choice._sample_thresholds(sets, q, q, rows)
+    q_s, g_s = q.subset(rows), q.subset(cols)  # gathered once, as `estimates` does
     bands = {}
     for name in ("float32", "bfloat16", "int8"):
         low = arithmetic.LOW_DTYPES[name]
         block = arithmetic.block(name, CPU)
-        q_s, g_s = q.in_dtype(low).subset(rows), q.in_dtype(low).subset(cols)
         band, checked, negatives = choice._sample_band(
-            sets, q_s, g_s, rows, cols, thresholds, block
+            sets, q_s.in_dtype(low), g_s.in_dtype(low), rows, cols, thresholds, block
         )
         assert checked <= band and negatives == 300 * 600 - int(
             (labels[rows][:, None] == labels[cols][None, :]).sum()
