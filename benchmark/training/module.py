@@ -171,11 +171,25 @@ class MetricLearningModule(pl.LightningModule):
         embeddings = self.embedder(images)  # [B, D], bf16/fp16 under mixed precision
         with torch.autocast(self.device.type, enabled=False):  # losses overflow in half at γ=256
             loss = self.loss(embeddings.float(), labels)
-        size = len(labels)
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=size)
-        for key, value in self.loss.last_stats.items():
-            self.log(f"train/{key}", value, on_step=True, on_epoch=False, batch_size=size)
+        if self.trainer.progress_bar_callback is not None:
+            self.log("train/loss", loss, prog_bar=True, logger=False, batch_size=len(labels))
+        self._log_step({"loss": loss.detach(), **self.loss.last_stats})
         return loss
+
+    def _log_step(self, values: dict[str, Tensor]) -> None:
+        """Write this step's `train/*` values to the loggers, at Lightning's `log_every_n_steps`.
+
+        Straight to the loggers rather than through `self.log`: its bookkeeping costs ~0.8 ms a
+        call, a fifth of a frozen-track cell's time, for per-step values that need no reduction.
+        """
+        step = self.global_step  # optimiser steps before this one
+        every = getattr(self.trainer, "log_every_n_steps", 1)  # set by Lightning, not declared
+        if not self.loggers or not every or (step + 1) % every:
+            return
+        scalars = torch.stack([v.float() for v in values.values()]).tolist()  # one sync
+        metrics = {f"train/{k}": float(x) for k, x in zip(values, scalars, strict=True)}
+        for logger in self.loggers:
+            logger.log_metrics({**metrics, "epoch": self.current_epoch}, step=step)
 
     # ---- evaluation --------------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -75,16 +77,29 @@ def test_num_classes_that_disagree_with_the_data_name_the_override() -> None:
     check_num_classes(CircleLoss(), 4)  # pair-wise losses have no class count
 
 
-def test_fit_logs_loss_and_similarity_statistics_every_step() -> None:
+@pytest.mark.parametrize(("every", "steps"), [(1, [0, 1, 2, 3, 4, 5]), (2, [1, 3, 5])])
+def test_fit_logs_loss_and_similarity_statistics_at_lightnings_steps(
+    tmp_path, every: int, steps: list[int]
+) -> None:
     torch.manual_seed(0)
     data = TinyDataModule(p=2, k=2, batches_per_epoch=3)
-    module = make_module()
-    trainer = make_trainer(max_epochs=1, log_every_n_steps=1)
-    trainer.fit(module, datamodule=data)
-    logged = trainer.logged_metrics
+    logger = pl.loggers.CSVLogger(tmp_path, name="", version="")
+    trainer = make_trainer(max_epochs=2, log_every_n_steps=every, logger=logger)
+    trainer.fit(make_module(), datamodule=data)
+    log = pd.read_csv(tmp_path / "metrics.csv")
+    train = log.dropna(subset=["train/loss"])
+    assert train["step"].tolist() == steps  # Lightning's numbering: optimiser steps before
+    assert train["epoch"].tolist() == [s // 3 for s in steps]
     for key in ("train/loss", "train/sp_mean", "train/sn_mean", "train/active_fraction"):
-        assert torch.isfinite(logged[key]), key
-    assert trainer.global_step == 3
+        assert np.isfinite(train[key]).all(), key
+    assert trainer.global_step == 6
+
+
+def test_the_progress_bar_shows_the_training_loss() -> None:
+    data = TinyDataModule(p=2, k=2, batches_per_epoch=2)
+    trainer = make_trainer(max_epochs=1, enable_progress_bar=True)
+    trainer.fit(make_module(), datamodule=data)
+    assert torch.isfinite(torch.as_tensor(trainer.progress_bar_metrics["train/loss"]))
 
 
 @pytest.mark.parametrize("datamodule_class", [TinyDataModule, TinyReIDDataModule])
