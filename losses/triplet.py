@@ -1,13 +1,26 @@
-"""Batch-hard triplet loss (Hermans et al., 2017) on cosine similarities.
+"""Triplet loss (Schroff et al., CVPR 2015) on cosine similarities, with three minings.
 
-Per anchor, the hardest positive (lowest s_p) and hardest negative (highest s_n) give
-[max s_n - min s_p + margin]₊, the γ → ∞ limit of the unified loss (Sun et al., Eq. 3). The
-soft-margin variant replaces the hinge by log(1 + exp(·)).
+Each triplet (anchor a, positive p, negative n) gives [s_an - s_ap + margin]₊, or with the soft
+margin log(1 + exp(·)). Which triplets count is the mining:
+
+- `batch_hard` (Hermans et al., 2017): per anchor, its hardest positive (lowest s_ap) and
+  hardest negative (highest s_an), the γ → ∞ limit of the unified loss (Sun et al., Eq. 3);
+  the mean over anchors.
+- `semi_hard` (Schroff et al.; TensorFlow Addons' `TripletSemiHardLoss`): per (anchor,
+  positive) pair, the most similar negative that is still less similar than the positive, or
+  the least similar negative when none is; the mean over positive pairs.
+- `all`: every triplet of the batch, the mean over those with a non-zero loss (the triplet
+  loss of Musgrave et al.'s "Metric Learning Reality Check", pytorch-metric-learning's
+  `TripletMarginLoss` with its default reducer).
+
+Batch-hard mining can collapse every embedding onto one point when training starts with most
+hardest negatives above their hardest positives (Xuan et al., "Hard negative examples are hard,
+but useful", ECCV 2020): the pooled ImageNet features of the frozen track start that way.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -16,51 +29,89 @@ from torch import Tensor
 from losses.base import MetricLoss
 from losses.similarity import BatchPairs, Paradigm, compute_dtype, pair_stats
 
+Mining = Literal["batch_hard", "semi_hard", "all"]
+
 
 def triplet_loss(
-    sim: Tensor, pos_mask: Tensor, neg_mask: Tensor, *, margin: float, soft_margin: bool = False
-) -> Tensor:
-    """Per-anchor batch-hard triplet loss [B]; 0 for anchors without a positive or a negative."""
+    sim: Tensor,
+    pos_mask: Tensor,
+    neg_mask: Tensor,
+    *,
+    margin: float,
+    soft_margin: bool = False,
+    mining: Mining = "batch_hard",
+) -> tuple[Tensor, Tensor]:
+    """Per anchor, (the sum of its triplets' losses [B], how many of them the mean counts [B]).
+
+    The loss is sum(sums) / sum(counts): the mean over anchors with a positive and a negative
+    (`batch_hard`), over positive pairs with a negative (`semi_hard`), or over non-zero
+    triplets (`all`; every valid triplet with the soft margin, whose loss is never 0).
+    """
     sim = sim.to(compute_dtype(sim))
-    hardest_pos = torch.where(pos_mask, sim, torch.inf).amin(dim=1)  # [B]
-    hardest_neg = torch.where(neg_mask, sim, -torch.inf).amax(dim=1)
-    active = pos_mask.any(1) & neg_mask.any(1)
-    # inf - inf would poison softplus' gradient, so inactive anchors see 0 before the hinge
-    violation = torch.where(active, hardest_neg - hardest_pos + margin, 0.0)
-    loss = F.softplus(violation) if soft_margin else F.relu(violation)
-    return torch.where(active, loss, 0.0)
+    has_neg = neg_mask.any(1, keepdim=True)
+    if mining == "batch_hard":
+        hardest_pos = torch.where(pos_mask, sim, torch.inf).amin(dim=1, keepdim=True)
+        hardest_neg = torch.where(neg_mask, sim, -torch.inf).amax(dim=1, keepdim=True)
+        valid = pos_mask.any(1, keepdim=True) & has_neg  # [B, 1]
+        # inf - inf would poison softplus' gradient, so invalid terms see 0 before the hinge
+        violation = torch.where(valid, hardest_neg - hardest_pos + margin, 0.0)
+    elif mining == "semi_hard":
+        s_n = sim[:, None, :]  # [B, 1, B]: negatives along the last axis
+        below = neg_mask[:, None, :] & (s_n < sim[:, :, None])  # [B, B(p), B(n)]
+        easier = torch.where(below, s_n, -torch.inf).amax(dim=2)  # most similar below s_ap
+        easiest = torch.where(neg_mask, sim, torch.inf).amin(dim=1, keepdim=True)
+        chosen = torch.where(below.any(2), easier, easiest)  # [B, B(p)]
+        valid = pos_mask & has_neg
+        violation = torch.where(valid, chosen - sim + margin, 0.0)
+    elif mining == "all":
+        valid = pos_mask[:, :, None] & neg_mask[:, None, :]  # [B, B(p), B(n)]
+        violation = torch.where(valid, sim[:, None, :] - sim[:, :, None] + margin, 0.0)
+    else:
+        raise ValueError(f"mining {mining!r}: choose from {list(get_args(Mining))}")
+    loss = torch.where(valid, F.softplus(violation) if soft_margin else F.relu(violation), 0.0)
+    counted = valid if soft_margin or mining != "all" else loss > 0
+    dims = tuple(range(1, loss.dim()))
+    return loss.sum(dims), counted.sum(dims).to(loss.dtype)
 
 
 class TripletLoss(MetricLoss):
-    """Batch-hard triplet loss; mean over anchors that have a positive and a negative.
+    """Triplet loss on cosine similarities: batch-hard, semi-hard or all triplets.
 
     Args:
-        margin: margin in cosine similarity between the hardest negative and hardest positive.
-        soft_margin: use log(1 + exp(s_n - s_p + margin)) instead of the hinge (Hermans et al.
+        margin: margin in cosine similarity between a negative and a positive.
+        soft_margin: use log(1 + exp(s_an - s_ap + margin)) instead of the hinge (Hermans et al.
             use it with margin = 0).
+        mining: which triplets count (module docstring): `batch_hard` (the default), `semi_hard`
+            or `all`.
     """
 
     paradigm: ClassVar[Paradigm] = "pair-wise"
 
-    def __init__(self, margin: float = 0.2, soft_margin: bool = False) -> None:
+    def __init__(
+        self, margin: float = 0.2, soft_margin: bool = False, mining: Mining = "batch_hard"
+    ) -> None:
         super().__init__()
         if not 0.0 <= margin <= 2.0:
             raise ValueError(
                 f"TripletLoss: margin must be in [0, 2] (a cosine-similarity gap), got {margin}; "
                 "typical values are 0.1-0.3, or 0 with soft_margin=True"
             )
-        self.margin, self.soft_margin = margin, soft_margin
+        if mining not in get_args(Mining):
+            raise ValueError(
+                f"TripletLoss: mining {mining!r} is not one of {list(get_args(Mining))}"
+            )
+        self.margin, self.soft_margin, self.mining = margin, soft_margin, mining
         self.source = BatchPairs()
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         self.check_batch(embeddings, labels)
         sim, pos_mask, neg_mask = self.source(embeddings, labels)
-        per_anchor = triplet_loss(
-            sim, pos_mask, neg_mask, margin=self.margin, soft_margin=self.soft_margin
-        )
-        active = pos_mask.any(1) & neg_mask.any(1)
-        self.last_stats = pair_stats(sim, pos_mask, neg_mask, per_anchor.detach() > 0)
-        return per_anchor.sum() / active.sum().clamp_min(1)
+        sums, counts = triplet_loss(
+            sim, pos_mask, neg_mask, margin=self.margin, soft_margin=self.soft_margin,
+            mining=self.mining,
+        )  # fmt: skip
+        self.last_stats = pair_stats(sim, pos_mask, neg_mask, sums.detach() > 0)
+        return sums.sum() / counts.sum().clamp_min(1)
 
     def extra_repr(self) -> str:
-        return f"margin={self.margin}, soft_margin={self.soft_margin}"
+        return f"margin={self.margin}, soft_margin={self.soft_margin}, mining={self.mining!r}"

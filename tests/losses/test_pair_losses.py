@@ -38,15 +38,44 @@ def pairs(pk_batch):
     return sim.detach(), pos, neg
 
 
+def triplets_as_loops(sim, pos, neg, mining: str, soft_margin: bool) -> float:
+    """The mean triplet loss written from its papers' definitions, one triplet at a time."""
+    terms = []  # (loss, counted) of each triplet the mining keeps
+    for s_p, s_n, _ in rows(sim, pos, neg):
+        if not s_p or not s_n:
+            continue
+        if mining == "batch_hard":
+            chosen = [(min(s_p), max(s_n))]
+        elif mining == "semi_hard":  # per positive: the nearest negative below it, or the farthest
+            chosen = [(p, max((n for n in s_n if n < p), default=min(s_n))) for p in s_p]
+        else:
+            chosen = [(p, n) for p in s_p for n in s_n]
+        for p, n in chosen:
+            x = n - p + 0.2
+            loss = math.log1p(math.exp(x)) if soft_margin else max(x, 0.0)
+            terms.append((loss, soft_margin or mining != "all" or loss > 0))
+    return sum(t for t, _ in terms) / max(1, sum(c for _, c in terms))
+
+
 @pytest.mark.parametrize("soft_margin", [False, True])
-def test_triplet_is_hardest_negative_minus_hardest_positive(pairs, soft_margin: bool) -> None:
-    expected = []
-    for s_p, s_n, _ in rows(*pairs):
-        x = max(s_n) - min(s_p) + 0.2 if s_p and s_n else None
-        loss = 0.0 if x is None else math.log1p(math.exp(x)) if soft_margin else max(x, 0.0)
-        expected.append(loss)
-    actual = triplet_loss(*pairs, margin=0.2, soft_margin=soft_margin)
-    torch.testing.assert_close(actual, torch.tensor(expected, dtype=torch.float64))
+@pytest.mark.parametrize("mining", ["batch_hard", "semi_hard", "all"])
+def test_triplet_equals_its_minings_as_loops(pairs, pk_batch, mining, soft_margin) -> None:
+    embeddings, labels = pk_batch(p=3, k=3, singletons=1, dtype=torch.float64)
+    loss = TripletLoss(margin=0.2, soft_margin=soft_margin, mining=mining)
+    expected = triplets_as_loops(*pairs, mining, soft_margin)
+    torch.testing.assert_close(loss(embeddings, labels).item(), expected)
+    sums, counts = triplet_loss(*pairs, margin=0.2, soft_margin=soft_margin, mining=mining)
+    assert counts.sum() > 0 and sums.sum() > 0  # the batch holds triplets of every kind
+
+
+def test_semi_hard_takes_the_closest_negative_below_the_positive() -> None:
+    # anchor 0: positive at 0.5; negatives at 0.9 (harder), 0.4 (semi-hard), 0.1 (easy)
+    sim = torch.tensor([[1.0, 0.5, 0.9, 0.4, 0.1]], dtype=torch.float64)
+    pos = torch.tensor([[False, True, False, False, False]])
+    neg = torch.tensor([[False, False, True, True, True]])
+    sums, counts = triplet_loss(sim, pos, neg, margin=0.2, mining="semi_hard")
+    torch.testing.assert_close(sums, torch.tensor([0.4 - 0.5 + 0.2], dtype=torch.float64))
+    torch.testing.assert_close(counts, torch.tensor([1.0], dtype=torch.float64))
 
 
 def test_multi_similarity_equals_paper_with_mining_as_loops(pairs) -> None:
@@ -98,7 +127,12 @@ def test_contrastive_hinges_by_hand() -> None:
 PAIR_FUNCTIONS = {
     "circle": lambda s, p, n: circle_loss(s, p, n, m=0.25, gamma=32.0),
     "unified": lambda s, p, n: unified_loss(s, p, n, m=0.25, gamma=32.0),
-    "triplet": lambda s, p, n: triplet_loss(s, p, n, margin=0.5),
+    **{
+        f"triplet_{mining}": lambda s, p, n, mining=mining: triplet_loss(
+            s, p, n, margin=0.5, mining=mining
+        )[0]
+        for mining in ("batch_hard", "semi_hard", "all")
+    },
     "multi_similarity": lambda s, p, n: multi_similarity_loss(
         s, p, n, alpha=2.0, beta=50.0, base=0.0, epsilon=0.5
     ),
@@ -119,6 +153,8 @@ def test_gradient_signs(name: str, pairs) -> None:
 
 LOSS_MODULES = [
     TripletLoss(),
+    TripletLoss(mining="semi_hard"),
+    TripletLoss(mining="all", soft_margin=True),
     MultiSimilarityLoss(),
     LiftedStructureLoss(),
     NPairLoss(),
@@ -141,6 +177,7 @@ def test_permutation_invariance_and_singletons(loss, pk_batch) -> None:
     ("factory", "match"),
     [
         (lambda: TripletLoss(margin=-0.1), "margin must be in"),
+        (lambda: TripletLoss(mining="hardest"), "mining 'hardest' is not one of"),
         (lambda: MultiSimilarityLoss(alpha=0), "alpha must be > 0"),
         (lambda: MultiSimilarityLoss(beta=-1), "beta must be > 0"),
         (lambda: MultiSimilarityLoss(base=2), "base"),
