@@ -10,15 +10,21 @@ collapsed`). So each candidate's cost is
     product   multiply-adds of the evaluation × the probe's seconds per multiply-add
               (`arithmetic.probe`): the product-only bound;
     scan      pairs scanned × seconds per pair of the compiled scan of that arithmetic's
-              blocks, timed once per process on a probe-sized block;
+              blocks, plus hits × seconds per hit: a pair scoring above its query's lowest
+              positive threshold (a "hit") is classified against the thresholds, which costs
+              several times the vectorised pass every pair gets. Hits depend on the data (about
+              1 % of pairs on clustered embeddings, most of them where classes crowd a few
+              directions: `bench eval --case low-rank`). Both rates are timed once per process
+              on a probe-sized block, in each direction (rows; columns, the transposed half of
+              a same_set panel, reads its block across rows);
     re-check  band pairs × the float32 look (coarser than float32 only) + pairs left unsure
               × the exact reference, each timed on the evaluation's rows, once per process
               and dimension D.
 
-The band counts come from a sample of the evaluation itself: `SAMPLE_QUERIES` queries against
-`SAMPLE_GALLERY` gallery items spread evenly over the sets, each query's thresholds its real
-positives in the whole gallery, so a sampled negative is in the band exactly when it would be
-in the full run; counts scale by the pairs. Counting, not timing, the sample keeps the choice
+The band and hit counts come from a sample of the evaluation itself: `SAMPLE_QUERIES` queries
+against `SAMPLE_GALLERY` gallery items spread evenly over the sets, each query's thresholds its
+real positives in the whole gallery, so a sampled negative is in the band exactly when it would
+be in the full run; counts scale by the pairs. Counting, not timing, the sample keeps the choice
 stable on a busy machine. Every arithmetic is exact: the choice changes time and memory, never
 the metrics. An evaluation of fewer than `SMALL_MACS` multiply-adds takes float32 without
 measuring anything, since the measurements would cost more than any arithmetic could save.
@@ -39,6 +45,7 @@ from benchmark.evaluation import arithmetic as _arithmetic
 from benchmark.evaluation.bands import (
     Block,
     exclude_pairs,
+    scan_cols,
     scan_rows,
     settle,
     shortlist_readout,
@@ -60,11 +67,30 @@ SAMPLE_QUERIES, SAMPLE_GALLERY = 256, 512
 # below, Market-1501, SOP and MSMT17 above.
 SMALL_MACS = 2**35
 _PROBE_ROWS, _PROBE_COLS, _PROBE_DIM = 1024, 8192, 512  # `arithmetic.probe_seconds`'s block
+_HIT_ROWS = 64  # rows of the probe block timed with every pair a hit (~10 ns a hit)
 _TIMED_MACS = 1 << 23  # multiply-adds of each look or exact timing: ~10 ms, at any D
 # Once per process, device and thread count: seconds per scanned pair by arithmetic, and per
 # (D, "look" or "exact") seconds per pair of the re-check's two steps.
-_SCANS: dict[tuple[str, int | None, int], dict[str, float]] = {}
+_SCANS: dict[tuple[str, int | None, int], dict[str, ScanCost]] = {}
 _RECHECKS: dict[tuple[str, int | None, int, int, str], float] = {}
+
+
+@dataclass(frozen=True)
+class ScanCost:
+    """Seconds per scanned pair (`rows`, `cols`) and per hit (`rows_hit`, `cols_hit`) of one
+    arithmetic's compiled scans, by direction."""
+
+    rows: float
+    cols: float
+    rows_hit: float
+    cols_hit: float
+
+    def seconds(self, pairs: int, hits: float, same_set: bool) -> float:
+        """A query_gallery evaluation scans rows only; a same_set one, half of its pairs (and
+        hits) each way."""
+        if not same_set:
+            return pairs * self.rows + hits * self.rows_hit
+        return (pairs * (self.rows + self.cols) + hits * (self.rows_hit + self.cols_hit)) / 2
 
 
 @dataclass(frozen=True)
@@ -76,6 +102,7 @@ class Estimate:
     scan_s: float
     recheck_s: float  # float32 look and exact references of the band
     band_fraction: float  # share of the sample's negative pairs in the band
+    hit_fraction: float  # share of them above their query's lowest threshold
 
     @property
     def total_s(self) -> float:
@@ -85,7 +112,7 @@ class Estimate:
         return (
             f"{self.arithmetic} {self.total_s:.2f} s (product {self.product_s:.2f}, scan "
             f"{self.scan_s:.2f}, re-check {self.recheck_s:.2f}; "
-            f"band {100 * self.band_fraction:.2g} %)"
+            f"band {100 * self.band_fraction:.2g} %, hits {100 * self.hit_fraction:.2g} %)"
         )
 
 
@@ -134,7 +161,7 @@ def estimates(
         if not np.isfinite(probe[name]):
             continue  # a candidate this build cannot run
         low = _arithmetic.LOW_DTYPES[name]
-        band, checked, negatives = _sample_band(
+        band, checked, hits, negatives = _sample_band(
             sets, q_s.in_dtype(low), g_s.in_dtype(low), rows, cols, thresholds,
             _arithmetic.block(name, device),
         )  # fmt: skip
@@ -144,47 +171,63 @@ def estimates(
             Estimate(
                 name,
                 product_s=probe[name] / (_PROBE_ROWS * _PROBE_COLS * _PROBE_DIM) * macs,
-                scan_s=scans[name] * ordered,
+                scan_s=scans[name].seconds(ordered, hits * scale, sets.same_set),
                 recheck_s=(looked * look + checked * exact) * scale,
                 band_fraction=band / max(negatives, 1),
+                hit_fraction=hits / max(negatives, 1),
             )
         )
     return out
 
 
-def scan_seconds(device: torch.device) -> dict[str, float]:
-    """Seconds per pair of scanning each native arithmetic's blocks (best of three on a
-    probe-sized block with a narrow band), once per process, device and thread count."""
+def scan_seconds(device: torch.device) -> dict[str, ScanCost]:
+    """The `ScanCost` of each native arithmetic's blocks (best of five on a probe-sized block),
+    once per process, device and thread count: its pairs scanned with a narrow band (few
+    hits), then again with every pair a hit (every threshold set below every score)."""
     key = (device.type, device.index, torch.get_num_threads())
     if key not in _SCANS:
-        # Groups of 4 near-copies (cosine ≈ 0.9): each probe query has 3 positives, far from
-        # its negatives (≈ 0 ± 0.05), so even int8's band is empty and the scan alone is timed.
+        # Groups of 4 near-copies (cosine ≈ 0.9): each probe item has 3 positives, far from
+        # its negatives (≈ 0 ± 0.05), so even int8's band is empty and the pass alone is timed.
         gen = torch.Generator().manual_seed(0)
         n = _PROBE_ROWS + _PROBE_COLS
         labels = torch.arange(n) // 4
         base = torch.randn(n // 4, _PROBE_DIM, generator=gen)
         raw = base[labels] + 0.3 * torch.randn(n, _PROBE_DIM, generator=gen)
-        seconds = {}
-        for name in _arithmetic.native(device):
-            low = _arithmetic.LOW_DTYPES[name]
-            emb = prepare(raw, "probe", low_dtype=low, device=device, chunk=4096)
-            sets = EvaluationSets(raw, labels, raw, labels, None, None, same_set=True)
-            rows, cols = torch.arange(_PROBE_ROWS), torch.arange(_PROBE_ROWS, raw.shape[0])
-            thresholds = _sample_thresholds(sets, emb, emb, rows)
-            q_s, g_s = emb.subset(rows), emb.subset(cols)
-            shortlist = _arithmetic.block(name, device)(q_s.query, g_s.gallery)
-            eps_in = shortlist_error(q_s, g_s)
-            readout = shortlist_readout(shortlist, thresholds[1], eps_in)
-            best = float("inf")
-            for _ in range(5):  # a short timing: the best of five settles it on a busy machine
-                tab = threshold_tables(*thresholds, _PROBE_ROWS, eps_in, readout)
-                scores = shortlist(q_s.query.values, 0)
-                start = time.perf_counter()
-                scan_rows(tab, scores, 0)
-                best = min(best, time.perf_counter() - start)
-            seconds[name] = best / (_PROBE_ROWS * _PROBE_COLS)
-        _SCANS[key] = seconds
+        pairs, pos = same_label_pairs(labels, labels)
+        pairs, pos = pairs[pos != pairs], pos[pos != pairs]
+        _SCANS[key] = {
+            name: _scan_cost(raw, pairs, pos, name, device) for name in _arithmetic.native(device)
+        }
     return _SCANS[key]
+
+
+def _scan_cost(
+    raw: Tensor, pairs: Tensor, pos: Tensor, name: str, device: torch.device
+) -> ScanCost:
+    """Time the first rows of `raw` as rows, and the others as columns, of one block against
+    every item (a same_set panel), with `pos` the positives of each item: `_PROBE_ROWS` rows
+    with their own thresholds, then `_HIT_ROWS` with every threshold below every score."""
+    n = raw.shape[0]
+    emb = prepare(raw, "probe", low_dtype=_arithmetic.LOW_DTYPES[name], device=device, chunk=4096)
+    sims = exact_similarities(emb, emb, pairs, pos)
+    shortlist = _arithmetic.block(name, device)(emb.query, emb.gallery)
+    eps_in = shortlist_error(emb, emb)
+    seconds = []
+    for m, thresholds in ((_PROBE_ROWS, sims), (_HIT_ROWS, torch.full_like(sims, -1.0))):
+        readout = shortlist_readout(shortlist, thresholds, eps_in)  # before the block's scores
+        tab = threshold_tables(pairs, thresholds, n, eps_in, readout)
+        scores = shortlist(emb.query.values[:m], 0)  # [m, n]; scans only read it
+        best_rows = best_cols = float("inf")
+        for _ in range(5):  # a short timing: the best of five settles it on a busy machine
+            start = time.perf_counter()
+            scan_rows(tab, scores, 0)
+            middle = time.perf_counter()
+            scan_cols(tab, scores, m, m)
+            best_rows = min(best_rows, middle - start)
+            best_cols = min(best_cols, time.perf_counter() - middle)
+        seconds.append((best_rows / (m * n), best_cols / (m * (n - m))))
+    (rows, cols), (rows_all, cols_all) = seconds
+    return ScanCost(rows, cols, max(0.0, rows_all - rows), max(0.0, cols_all - cols))
 
 
 def _per_pair(
@@ -192,7 +235,14 @@ def _per_pair(
 ) -> float:
     """Seconds per pair of `similarities` (the float32 look or the exact reference), timed on
     the first evaluation of each dimension D in this process (best of three), pairs in
-    gallery order as a wide band reads them."""
+    gallery order as a wide band reads them.
+
+    The pairs are drawn over the whole sets, so both rows of most pairs come from memory: 3.3x
+    the look's time per pair in a real band (bfloat16 on `bench eval --case low-rank`, timed on
+    a busy machine), whose re-check then spends 0.9x the look again ordering and counting the
+    band. Timed on denser pairs instead, the estimates made `auto` pick int8 on SOP and Market,
+    1.2x slower than bfloat16 there: the slack covers what the model leaves out.
+    """
     key = (device.type, device.index, torch.get_num_threads(), q.dim, step)
     if key not in _RECHECKS:
         pairs = max(1024, _TIMED_MACS // q.dim)
@@ -242,9 +292,10 @@ def _sample_band(
     cols: Tensor,
     thresholds: tuple[Tensor, Tensor],
     block: Block,
-) -> tuple[int, int, int]:
-    """(band pairs, pairs needing their exact reference, negative pairs) of the sample block
-    rows × cols (`q_s` and `g_s` hold those rows), scanned and settled as `ranks` does."""
+) -> tuple[int, int, int, int]:
+    """(band pairs, pairs needing their exact reference, hits, negative pairs) of the sample
+    block rows × cols (`q_s` and `g_s` hold those rows), scanned and settled as `ranks` does;
+    hits are the negatives at or above their query's floor (sure ones and the band)."""
     eps_in = shortlist_error(q_s, g_s)
     shortlist = block(q_s.query, g_s.gallery)
     readout = shortlist_readout(shortlist, thresholds[1], eps_in)
@@ -253,5 +304,6 @@ def _sample_band(
     same = sets.query_labels[rows][:, None] == sets.gallery_labels[cols][None, :]
     exclude_pairs(scores, same, readout)  # positives (and the item itself) are not negatives
     band = scan_rows(tab, scores, 0)
+    sure = int(tab.hist.sum())  # before settle adds the band's pairs to the histogram
     checked = settle(tab, q_s, g_s, torch.arange(rows.numel()), band, None)
-    return int(band[0].size), checked, int((~same).sum())
+    return int(band[0].size), checked, sure + int(band[0].size), int((~same).sum())

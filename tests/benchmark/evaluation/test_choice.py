@@ -67,10 +67,10 @@ def test_a_coarser_arithmetic_leaves_a_wider_band_and_collapsed_data_fills_int8s
     for name in ("float32", "bfloat16", "int8"):
         low = arithmetic.LOW_DTYPES[name]
         block = arithmetic.block(name, CPU)
-        band, checked, negatives = choice._sample_band(
+        band, checked, hits, negatives = choice._sample_band(
             sets, q_s.in_dtype(low), g_s.in_dtype(low), rows, cols, thresholds, block
         )
-        assert checked <= band and negatives == 300 * 600 - int(
+        assert checked <= band <= hits <= negatives and negatives == 300 * 600 - int(
             (labels[rows][:, None] == labels[cols][None, :]).sum()
         )
         bands[name] = band / negatives
@@ -86,13 +86,51 @@ def test_estimates_scale_the_probe_and_the_sample_to_the_whole_evaluation(
     monkeypatch.setattr(arithmetic, "native", lambda device: ["float32", "int8", "bfloat16"])
     monkeypatch.setattr(arithmetic, "probe", lambda device: {
         "float32": 4.0, "int8": 1.0, "bfloat16": float("inf")})  # fmt: skip
-    monkeypatch.setattr(choice, "scan_seconds", lambda device: {"float32": 2e-9, "int8": 1e-9})
+    monkeypatch.setattr(choice, "scan_seconds", lambda device: {
+        "float32": choice.ScanCost(2e-9, 2e-9, 0.0, 0.0),
+        "int8": choice.ScanCost(1e-9, 1e-9, 0.0, 0.0)})  # fmt: skip
     found = {e.arithmetic: e for e in choice.estimates(sets, q, q, CPU)}
     assert set(found) == {"float32", "int8"}  # a candidate that cannot run is not costed
     macs = 1200 * 1201 // 2 * 64
     assert found["float32"].product_s == pytest.approx(4.0 * macs / (1024 * 8192 * 512))
     assert found["int8"].scan_s == pytest.approx(1e-9 * 1200 * 1199)
     assert found["int8"].recheck_s > 10 * found["float32"].recheck_s
+
+
+def test_hits_are_the_negatives_above_each_querys_lowest_positive() -> None:
+    """Brute force on float32 (a band of ~0): a sampled negative is a hit when its similarity
+    reaches the query's lowest positive threshold; crowded data has many more of them."""
+    gen = torch.Generator().manual_seed(3)
+    for spread, low, high in ((0.3, 0.0, 0.05), (3.0, 0.2, 1.0)):
+        centres = torch.randn(100, 32, generator=gen)
+        labels = torch.arange(600) // 6
+        x = centres[labels] + spread * torch.randn(600, 32, generator=gen)
+        sets, q, _ = prepared(x, labels)
+        rows, cols = choice._spread(600, 200), choice._spread(600, 300)
+        pair_rows, sims = choice._sample_thresholds(sets, q, q, rows)
+        _, _, hits, negatives = choice._sample_band(
+            sets, q.subset(rows), q.subset(cols), rows, cols, (pair_rows, sims),
+            arithmetic.block("float32", CPU),
+        )  # fmt: skip
+        unit = torch.nn.functional.normalize(x)
+        sim = unit[rows] @ unit[cols].T
+        lowest = torch.full((rows.numel(),), torch.inf).scatter_reduce(0, pair_rows, sims, "amin")
+        negative = labels[rows][:, None] != labels[cols][None, :]
+        expected = int(((sim >= lowest[:, None] - 1e-6) & negative).sum())
+        assert abs(hits - expected) <= 2  # float32 rounding at the threshold itself
+        assert low <= hits / negatives <= high
+
+
+def test_scan_cost_weighs_hits_and_both_directions_of_a_same_set_panel() -> None:
+    cost = choice.ScanCost(rows=1.0, cols=3.0, rows_hit=10.0, cols_hit=30.0)
+    assert cost.seconds(100, 5, same_set=False) == 100 * 1.0 + 5 * 10.0
+    assert cost.seconds(100, 5, same_set=True) == (100 * 4.0 + 5 * 40.0) / 2
+    found = choice.scan_seconds(CPU)  # timed once per process
+    assert set(found) == set(arithmetic.native(CPU))
+    for name, c in found.items():
+        assert 0 < c.rows < 1e-6 and 0 < c.cols < 1e-6, name  # per pair: nanoseconds
+        assert c.rows_hit >= 0 and c.cols_hit >= 0
+    assert choice.scan_seconds(CPU) is found
 
 
 def test_a_small_evaluation_takes_float32_without_measuring(
@@ -120,7 +158,8 @@ def test_auto_runs_the_cheapest_estimate_with_the_metrics_of_every_arithmetic(
     # Products and scans all but free: what decides is the re-check each band costs.
     names = arithmetic.native(CPU)
     monkeypatch.setattr(arithmetic, "probe", lambda device: dict.fromkeys(names, 1e-6))
-    monkeypatch.setattr(choice, "scan_seconds", lambda device: dict.fromkeys(names, 1e-12))
+    free = choice.ScanCost(1e-12, 1e-12, 1e-12, 1e-12)
+    monkeypatch.setattr(choice, "scan_seconds", lambda device: dict.fromkeys(names, free))
     ev = RetrievalEvaluator("same_set", (1, 4), METRICS, device="cpu")
     got = ev.evaluate(x, labels)
     estimates = {e.arithmetic: e for e in ev.last_estimates}
