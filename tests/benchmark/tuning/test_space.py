@@ -81,11 +81,21 @@ def test_the_configured_setting_is_a_point_of_the_space(file: Path) -> None:
     space = load_space(file)
     config = _config(file.stem)
     config["model"].setdefault("loss_lr", 1e-2)  # MetricLearningModule's defaults
+    loss = config["model"]["loss"]
+    # A loss argument the config leaves out takes its signature's default (soft_margin, mining).
+    defaults = inspect.signature(_class(loss["class_path"])).parameters
+    loss["init_args"] = {
+        **{k: v.default for k, v in defaults.items() if v.default is not inspect.Parameter.empty},
+        **loss.get("init_args", {}),
+    }
     for p in space.parameters:
         value = config
         for part in p.path.split("."):
             value = value[part]
         d = p.distribution
+        if isinstance(d, optuna.distributions.CategoricalDistribution):
+            assert value in d.choices, f"{file.name}: {p.name}={value} not in {d.choices}"
+            continue
         assert isinstance(d, optuna.distributions.FloatDistribution)
         assert d.low <= value <= d.high, (
             f"{file.name}: {p.name}={value} outside [{d.low}, {d.high}]"

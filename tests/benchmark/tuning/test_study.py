@@ -53,8 +53,14 @@ def _run(storage: str, objective=_value, budget: Budget = BUDGET, stop=None) -> 
     return study
 
 
+def _slow_value(trial: optuna.Trial) -> float:
+    # Long enough that a worker forked a moment late on a busy machine still finds trials left.
+    time.sleep(0.5)
+    return _value(trial)
+
+
 def _worker_process(storage: str) -> None:  # module level: started by multiprocessing
-    _run(storage)
+    _run(storage, objective=_slow_value)
 
 
 def test_two_processes_on_one_journal_run_the_budget_once(tmp_path: Path) -> None:
