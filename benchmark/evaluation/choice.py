@@ -194,7 +194,8 @@ def scan_seconds(device: torch.device) -> dict[str, ScanCost]:
         base = torch.randn(n // 4, _PROBE_DIM, generator=gen)
         raw = base[labels] + 0.3 * torch.randn(n, _PROBE_DIM, generator=gen)
         pairs, pos = same_label_pairs(labels, labels)
-        pairs, pos = pairs[pos != pairs], pos[pos != pairs]
+        other = pos != pairs  # an item is not its own positive
+        pairs, pos = pairs[other], pos[other]
         _SCANS[key] = {
             name: _scan_cost(raw, pairs, pos, name, device) for name in _arithmetic.native(device)
         }

@@ -188,8 +188,9 @@ class MetricLearningModule(pl.LightningModule):
             return
         scalars = torch.stack([v.float() for v in values.values()]).tolist()  # one sync
         metrics = {f"train/{k}": float(x) for k, x in zip(values, scalars, strict=True)}
+        metrics["epoch"] = self.current_epoch
         for logger in self.loggers:
-            logger.log_metrics({**metrics, "epoch": self.current_epoch}, step=step)
+            logger.log_metrics(metrics, step=step)
 
     # ---- evaluation --------------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:
