@@ -114,8 +114,9 @@ def test_every_panel_names_what_an_offline_run_logs(tmp_path: Path) -> None:
         "--data.init_args.image_size=32",
         "--data.init_args.images_per_class=4", "--data.init_args.eval_batch_size=64",
         "--data.init_args.val_classes=10", "--data.init_args.batches_per_epoch=1",
-        "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false",
-        "--trainer.enable_model_summary=false", f"--results_csv={rows_csv}",
+        "--trainer.max_epochs=1", "--trainer.log_every_n_steps=1",  # its one step logs train/*
+        "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
+        f"--results_csv={rows_csv}",
         f"--trainer.default_root_dir={tmp_path / 'runs'}", "--wandb=true",
         "--suite", "t", "--cell_id", "syn/circle/seed0",
     ]  # fmt: skip
