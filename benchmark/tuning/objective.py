@@ -21,6 +21,8 @@ from pathlib import Path
 
 import optuna
 
+from benchmark.leaderboard.runner import LOST_STATUS
+from benchmark.training.atomic import write_text
 from benchmark.tuning.experiment import Budget, Experiment
 
 # (target, args, log, threads) -> exit status: how a fold's process is started
@@ -76,11 +78,17 @@ def choose_epoch(curves: list[list[float]]) -> tuple[int, float]:
 def run_fold(
     args: list[str], log: Path, budget: Budget, fork: ForkRunner, threads: int | None
 ) -> list[float]:
-    """The fold's validation metric after each epoch, from a forked `fit`."""
+    """The fold's validation metric after each epoch, from a forked `fit`.
+
+    The fork server sometimes loses a child's exit status and reports 255 (once in 30 trials of a
+    study, after the fold had written its result): the result, written last and atomically,
+    decides then, as a leaderboard cell's row does.
+    """
     log.parent.mkdir(parents=True, exist_ok=True)
     result = log.with_suffix(".json")
+    result.unlink(missing_ok=True)  # a rerun's result, not an older one, must decide
     status = fork(fold_main, (args, str(result), budget.metric), log, threads)
-    if status != 0 or not result.is_file():
+    if status not in (0, LOST_STATUS) or not result.is_file():
         raise FoldFailedError(f"{last_error(log)} (exit status {status}; log: {log})")
     curve = json.loads(result.read_text())["curve"]
     if len(curve) != budget.max_epochs or not all(math.isfinite(v) for v in curve):
@@ -97,7 +105,7 @@ def fold_main(args: list[str], result: str, metric: str) -> None:
     sys.argv = sys.argv[:1]  # this process's own: LightningCLI would warn about tune's argv
     cli = CircleBenchCLI(args=args)
     curve = validation_curve(Path(cli.run_dir) / "metrics.csv", metric)
-    Path(result).write_text(json.dumps({"curve": curve, "run_dir": str(cli.run_dir)}))
+    write_text(result, json.dumps({"curve": curve, "run_dir": str(cli.run_dir)}))
 
 
 def validation_curve(metrics_csv: Path, metric: str) -> list[float]:

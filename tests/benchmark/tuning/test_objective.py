@@ -1,0 +1,58 @@
+"""A fold's result decides whether it ran, whatever exit status the fork server reports."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from benchmark.leaderboard.runner import LOST_STATUS
+from benchmark.tuning.experiment import Budget
+from benchmark.tuning.objective import FoldFailedError, choose_epoch, run_fold
+
+BUDGET = Budget(trials=1, folds=2, max_epochs=3)
+
+
+def _fork(status: int, curve: list[float] | None) -> Callable[..., int]:
+    """A fork runner whose fold writes `curve` (none: it writes nothing) and reports `status`."""
+
+    def fork(target: Callable, args: Sequence, log: Path, threads: int | None) -> int:
+        log.write_text("ValueError: the fold's own error\n" if curve is None else "done\n")
+        if curve is not None:
+            Path(args[1]).write_text(json.dumps({"curve": curve, "run_dir": "runs/x"}))
+        return status
+
+    return fork
+
+
+def test_a_lost_status_after_the_result_was_written_is_a_finished_fold(tmp_path: Path) -> None:
+    fork = _fork(LOST_STATUS, [0.1, 0.3, 0.2])
+    assert run_fold([], tmp_path / "fold0.log", BUDGET, fork, 1) == [0.1, 0.3, 0.2]
+
+
+@pytest.mark.parametrize("status", [LOST_STATUS, 1])
+def test_a_fold_without_its_result_fails_with_its_logged_error(tmp_path: Path, status) -> None:
+    log = tmp_path / "fold0.log"
+    log.with_suffix(".json").write_text(json.dumps({"curve": [1.0, 1.0, 1.0]}))  # an older run's
+    with pytest.raises(FoldFailedError, match=f"the fold's own error \\(exit status {status}"):
+        run_fold([], log, BUDGET, _fork(status, None), 1)
+
+
+def test_a_failed_status_fails_the_fold_even_with_a_result(tmp_path: Path) -> None:
+    with pytest.raises(FoldFailedError, match="exit status 1"):
+        run_fold([], tmp_path / "fold0.log", BUDGET, _fork(1, [0.1, 0.2, 0.3]), 1)
+
+
+def test_a_short_or_nan_curve_fails_the_fold(tmp_path: Path) -> None:
+    for curve in ([0.1, 0.2], [0.1, float("nan"), 0.3]):
+        with pytest.raises(FoldFailedError, match="validated"):
+            run_fold([], tmp_path / "fold0.log", BUDGET, _fork(0, curve), 1)
+
+
+def test_the_epoch_is_the_best_mean_over_folds_the_earliest_on_a_tie() -> None:
+    assert choose_epoch([[1.0, 3.0, 2.0], [1.0, 1.0, 2.0]]) == (2, 2.0)
+    assert choose_epoch([[1.0, 2.0], [2.0, 1.0]]) == (1, 1.5)
+    with pytest.raises(FoldFailedError, match="different numbers of epochs"):
+        choose_epoch([[1.0, 2.0], [1.0]])
