@@ -12,7 +12,9 @@ Entries are per split and view, keyed by content:
 - for a training view: its index and the augmentation seed;
 - the extractor: its repr (backbone, weights source, pooling) and a SHA-256 of its parameters and
   buffers;
-- where it runs: the device type, the GPU's name and the float32 modes (TF32 or IEEE products).
+- where it runs: the device type, the GPU's name, the float32 modes (TF32 or IEEE products)
+  and, on the CPU, torch's intra-op thread count (oneDNN computes small batches with other
+  kernels, so slightly other features, on more threads).
 
 Features are computed for the dataset's whole training split (before a validation split is
 carved out), so every `seed` and `val_classes` shares them. Training view `v` of item `i` is the
@@ -264,8 +266,11 @@ class CachedFeatureDataModule(RetrievalDataModule):
 
 
 def where_features_run(device: torch.device) -> dict[str, str]:
-    """The device's part of the key: a GPU, or TF32 products, give slightly other features."""
-    return {"type": device.type, "gpu": gpu_name(device), "float32": float32_modes(device.type)}
+    """The device's part of the key: a GPU, TF32 products or another CPU thread count give
+    slightly other features."""
+    threads = str(torch.get_num_threads()) if device.type == "cpu" else ""
+    where = {"type": device.type, "gpu": gpu_name(device), "float32": float32_modes(device.type)}
+    return where | {"threads": threads}
 
 
 def module_digest(module: nn.Module) -> str:

@@ -24,6 +24,7 @@ from benchmark.leaderboard import numerics
 from benchmark.leaderboard.aggregate import aggregate_rows, read_leaderboard, write_csv
 from benchmark.leaderboard.cells import CellRunner, CellSettings, Launcher, RunSummary
 from benchmark.leaderboard.check import compare
+from benchmark.leaderboard.fork_server import fork_available
 from benchmark.leaderboard.markdown import (
     leaderboard_markdown,
     read_paper_reference,
@@ -32,7 +33,6 @@ from benchmark.leaderboard.markdown import (
 from benchmark.leaderboard.plots import write_plots
 from benchmark.leaderboard.report import write_report
 from benchmark.leaderboard.runner import (
-    fork_available,
     fork_runner,
     in_process_runner,
     run_cells,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
-import functools
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -42,13 +41,10 @@ from benchmark.leaderboard.cells import (
     suite_lock,
     unfinished_cells,
 )
+from benchmark.leaderboard.fork_server import fork_server
 from benchmark.leaderboard.suite import Cell
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-# What the fork server imports before forking cells. `wandb.init` imports `wandb.sdk.launch`
-# (and W&B's public API under it) on every call: 1.4 s of each cell's CPU time on the 2-core
-# machine, paid once here instead. A module that is not installed is skipped by the server.
-PRELOAD = ["benchmark.training.cli", "wandb.sdk.launch"]
 LOST_STATUS = 255  # what multiprocessing reports when it cannot read a forked child's status
 _ACTIVE: set[int] = set()  # process groups of the cells running now (their leaders' pids)
 _ACTIVE_LOCK = threading.Lock()
@@ -96,7 +92,7 @@ def run_forked(
 ) -> int:
     """Call `target(*args)` in a child of the fork server (output to `log`, CPU threads
     `threads`, its own process group, killed if this process dies); its exit status."""
-    context = _fork_server()
+    context = fork_server()
     child = context.Process(target=_forked_child, args=(target, tuple(args), str(log), threads))
     child.start()
     assert child.pid is not None
@@ -108,23 +104,6 @@ def run_forked(
         with _ACTIVE_LOCK:
             _ACTIVE.discard(child.pid)
     return child.exitcode if child.exitcode is not None else -1
-
-
-def fork_available() -> bool:
-    """Whether this platform has multiprocessing's fork server (Linux and macOS do)."""
-    return "forkserver" in multiprocessing.get_all_start_methods()
-
-
-@functools.cache
-def _fork_server() -> multiprocessing.context.ForkServerContext:
-    """A fork server that has imported the cells' code (it starts with the first cell).
-
-    The server is single-threaded and computes nothing, so forking it is safe where forking
-    this process (whose pool threads wait on cells) would not be.
-    """
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
-    return cast(multiprocessing.context.ForkServerContext, context)
 
 
 def _forked_child(

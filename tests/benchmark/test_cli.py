@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import benchmark.leaderboard.command
-from benchmark.cli import main
+from benchmark.cli import forks_runs_here, main
+from benchmark.leaderboard import fork_server
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 FINE = sorted((EXPERIMENTS / "synthetic" / "fine_grained").glob("*.yaml"))
@@ -160,9 +161,18 @@ def test_wandb_runs_offline_without_an_account(tmp_path, monkeypatch) -> None:
 
 def test_dispatcher_sends_leaderboard_arguments_and_rejects_unknown_commands(monkeypatch) -> None:
     seen: list[list[str]] = []
+    started: list[bool] = []
     monkeypatch.setattr(benchmark.leaderboard.command, "main", seen.append)
+    monkeypatch.setattr(fork_server, "start_fork_server", lambda: started.append(True))
     main(["leaderboard", "--suite", "quick"])
     assert seen == [["--suite", "quick"]]
+    assert started == [True]  # before the command's imports: cells fork from it
+    main(["leaderboard", "--suite", "quick", "--aggregate-only"])
+    assert started == [True]  # runs nothing here
+    assert forks_runs_here("tune", ["--suite", "ci", "--workers", "2"])
+    assert not forks_runs_here("tune", ["--launcher=slurm"])
+    assert not forks_runs_here("leaderboard", ["--suite", "ci", "--isolation", "subprocess"])
+    assert not forks_runs_here("data", ["list"])
     with pytest.raises(SystemExit, match="unknown command 'fitt'; choose one of: fit, validate"):
         main(["fitt"])
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,14 @@ import torch
 from torch import Tensor, nn
 
 from benchmark.evaluation.precision import ieee_float32
-from datamodules import CachedFeatureDataModule, CUB200DataModule, SyntheticDataModule
-from datamodules.feature_views import ViewBatchSampler, epoch_views
+from benchmark.training.embedders import BackboneFeatures
+from datamodules import (
+    CachedFeatureDataModule,
+    CUB200DataModule,
+    SyntheticDataModule,
+    feature_views,
+)
+from datamodules.feature_views import SeededView, ViewBatchSampler, epoch_views, extract_features
 from datamodules.features import where_features_run
 from samplers import PKSampler
 from tests.datamodules import _layouts
@@ -27,9 +34,11 @@ class CountingExtractor(nn.Module):
             self.conv.weight.copy_(torch.linspace(-1, 1, 12).view(4, 3, 1, 1))
             self.conv.bias.zero_()
         self.images_seen = 0
+        self._counting = threading.Lock()  # extract_features may run batches in threads
 
     def forward(self, images: Tensor) -> Tensor:
-        self.images_seen += len(images)
+        with self._counting:
+            self.images_seen += len(images)
         maps = self.conv(images)  # [B, 4, H, W]
         return torch.cat([maps.mean(dim=(2, 3)), maps.amax(dim=(2, 3))], dim=1)  # [B, 8]
 
@@ -99,6 +108,59 @@ def test_tf32_products_or_another_device_miss(tmp_path: Path) -> None:
     assert features(synthetic(), tmp_path).extractor.images_seen == 0
     gpu = where_features_run(torch.device("cpu")) | {"type": "cuda"}
     assert gpu != where_features_run(torch.device("cpu"))
+
+
+def test_another_cpu_thread_count_misses(tmp_path: Path) -> None:
+    """oneDNN computes small batches with other kernels on more threads (slightly other
+    features), so a cell with one thread never reads what a run with all cores computed."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert features(synthetic(), tmp_path).extractor.images_seen == 12 + 9
+        torch.set_num_threads(2)
+        assert features(synthetic(), tmp_path).extractor.images_seen == 12 + 9
+        assert features(synthetic(), tmp_path).extractor.images_seen == 0
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_batches_computed_side_by_side_equal_those_computed_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real backbone, on rendered images and on seeded augmented views: bit for bit, and
+    with a last batch smaller than the others (the kernels more threads would change)."""
+    root = _layouts.write_cub(tmp_path / "cub")
+    images = cub(root, image_size=32)
+    datasets = [
+        synthetic(image_size=32).make_dataset(synthetic().load_train(), train=False),
+        SeededView(images.make_dataset(images.load_train(), train=True), view=1, seed=0),
+    ]
+    extractor = BackboneFeatures(backbone="efficientnet_lite0", pretrained=True, pooling="avg")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        for dataset in datasets:
+            computed = {}
+            for at_once in (1, 3):
+                monkeypatch.setattr(feature_views, "batches_at_once", lambda d, n=at_once: n)
+                computed[at_once] = extract_features(extractor, dataset, batch_size=2)
+            assert computed[1].shape == (len(dataset), 1280)  # type: ignore[arg-type]
+            assert (computed[1] == computed[3]).all()
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_batches_at_once_fill_the_cores_left_by_the_intra_op_threads() -> None:
+    cores = len(os.sched_getaffinity(0))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert feature_views.batches_at_once(torch.device("cpu")) == cores
+        torch.set_num_threads(cores)
+        assert feature_views.batches_at_once(torch.device("cpu")) == 1
+    finally:
+        torch.set_num_threads(before)
+    assert feature_views.batches_at_once(torch.device("cuda")) == 1
 
 
 def test_more_views_compute_only_the_new_views_and_aug_seed_only_the_views(tmp_path) -> None:
@@ -197,7 +259,9 @@ def test_the_cache_folder_defaults_to_the_env_var(tmp_path, monkeypatch) -> None
     assert len(list((tmp_path / "env").glob("*.npy"))) == 1
 
 
-def test_errors_name_the_problem_and_the_fix(tmp_path: Path) -> None:
+def test_errors_name_the_problem_and_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with pytest.raises(ValueError, match="views must be an int >= 1, got 0"):
         CachedFeatureDataModule(synthetic(), CountingExtractor(), views=0)
 
@@ -207,6 +271,10 @@ def test_errors_name_the_problem_and_the_fix(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match=r"must return pooled features \[B, C\]"):
         features(synthetic(), tmp_path, Images())
+    monkeypatch.setattr(feature_views, "batches_at_once", lambda device: 2)
+    with pytest.raises(ValueError, match=r"must return pooled features \[B, C\]"):
+        features(synthetic(), tmp_path / "threads", Images())  # raised in a worker thread
+    monkeypatch.undo()
 
     class Unnamed(torch.utils.data.Dataset):
         def __len__(self) -> int:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.leaderboard import runner
+from benchmark.leaderboard import fork_server, runner
 from tests.benchmark.leaderboard.orphans import CELL, assert_cell_dies_with
 
 REPO = Path(__file__).resolve().parents[3]
-pytestmark = pytest.mark.skipif(not runner.fork_available(), reason="no fork server here")
+pytestmark = pytest.mark.skipif(not fork_server.fork_available(), reason="no fork server here")
 
 
 def script(tmp_path: Path, text: str) -> str:
@@ -44,8 +44,9 @@ def test_a_forked_cell_dies_with_a_killed_leaderboard_process(tmp_path: Path) ->
     pid_file = tmp_path / "cell.pid"
     cell = script(tmp_path, CELL.format(pid_file=str(pid_file)))
     parent = (
-        "import runpy\nfrom pathlib import Path\nfrom benchmark.leaderboard import runner\n"
-        "runner.PRELOAD = []  # a server that imports nothing starts in a blink\n"
+        "import runpy\nfrom pathlib import Path\n"
+        "from benchmark.leaderboard import fork_server, runner\n"
+        "fork_server.PRELOAD = []  # a server that imports nothing starts in a blink\n"
         "if __name__ == '__main__':\n"
         f"    log = Path({str(tmp_path / 'c.log')!r})\n"
         f"    runner.run_forked(runpy.run_path, ({cell!r},), log, 1)\n"
