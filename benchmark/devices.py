@@ -8,6 +8,7 @@ convolutions, and of matrix products after `torch.set_float32_matmul_precision("
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -51,6 +52,12 @@ def conv_mode(device_type: str) -> str:
         found = _new_api(getattr(torch.backends.cudnn, "conv", None))
         return found or ("tf32" if torch.backends.cudnn.allow_tf32 else "ieee")
     return _new_api(getattr(torch.backends.mkldnn, "conv", None)) or "ieee"
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the OS has one), at least 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return cores or 1
 
 
 def float32_modes(device_type: str) -> str:

@@ -7,7 +7,6 @@ over a dataset once; `FeatureDataset` serves the stored `[views, N, C]` features
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -18,6 +17,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from benchmark.devices import usable_cores
 from datamodules.base import Split
 from samplers import PKSampler
 
@@ -145,8 +145,7 @@ def batches_at_once(device: torch.device) -> int:
     threads on the CPU (at least 1), one on a GPU."""
     if device.type != "cpu":
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // torch.get_num_threads())
+    return max(1, usable_cores() // torch.get_num_threads())
 
 
 def _batch_features(extractor: nn.Module, pixels: Tensor, device: torch.device) -> Tensor:

@@ -269,8 +269,8 @@ def where_features_run(device: torch.device) -> dict[str, str]:
     """The device's part of the key: a GPU, TF32 products or another CPU thread count give
     slightly other features."""
     threads = str(torch.get_num_threads()) if device.type == "cpu" else ""
-    where = {"type": device.type, "gpu": gpu_name(device), "float32": float32_modes(device.type)}
-    return where | {"threads": threads}
+    gpu, float32 = gpu_name(device), float32_modes(device.type)
+    return {"type": device.type, "gpu": gpu, "float32": float32, "threads": threads}
 
 
 def module_digest(module: nn.Module) -> str:

@@ -20,6 +20,7 @@ from typing import Literal
 import pandas as pd
 from rich.console import Console
 
+from benchmark.devices import usable_cores
 from benchmark.leaderboard import numerics
 from benchmark.leaderboard.aggregate import aggregate_rows, read_leaderboard, write_csv
 from benchmark.leaderboard.cells import CellRunner, CellSettings, Launcher, RunSummary
@@ -143,8 +144,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def default_jobs(threads_per_cell: int | None) -> int:
     """Cells to run at once: every usable core busy, none shared (cells are CPU-bound)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // (threads_per_cell or cores or 1))
+    cores = usable_cores()
+    return max(1, cores // (threads_per_cell or cores))
 
 
 def build(
