@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from benchmark.bench.data import images_per_second, write_jpeg_folder
+from benchmark.bench.data import write_jpeg_folder
 from benchmark.bench.eval import faiss_top_k
 from benchmark.bench.eval_data import CASES, make_data, scaled_case
 from benchmark.bench.gpu_steps import Result, Step
@@ -28,16 +28,38 @@ from benchmark.training.module import MetricLearningModule
 from datamodules import CUB200DataModule, SyntheticDataModule
 from datamodules.base import RetrievalDataModule, Split
 
-_LOADER_BATCHES = 20  # batches per timed pass of a loader
+_LOADER_BATCHES = 20  # the fewest batches in a timed pass of a loader
+
+
+def steady_images_per_second(loader: DataLoader) -> float:
+    """Images/s of one pass over `loader` after its first batch: the workers' start-up (and
+    the first batch's wait) stay out of it, as they do out of a long training epoch."""
+    batches = iter(loader)
+    next(batches)
+    start, images = time.perf_counter(), 0
+    for batch in batches:
+        images += len(batch[0])
+    return images / (time.perf_counter() - start)
 
 
 class PreRenderedDataModule(SyntheticDataModule):
     """Generated images rendered once and served from memory: the fits then time training, not
-    the renderer (the `loaders` section times rendering and JPEG decoding on their own)."""
+    the renderer (the `loaders` section times rendering and JPEG decoding on their own).
+    `rendered` keeps them for the next module of the same settings (each training run builds
+    its own)."""
+
+    unsaved_arguments = ("rendered",)
+
+    def __init__(self, *args: Any, rendered: dict[tuple, Dataset], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rendered = rendered
 
     def make_dataset(self, split: Split, *, train: bool) -> Dataset:
-        rendered = super().make_dataset(split, train=train)
-        return InMemory([rendered[i] for i in range(len(split))])
+        key = (train, self.image_size, tuple(split.items))  # synthetic items are seeds
+        if key not in self.rendered:
+            made = super().make_dataset(split, train=train)
+            self.rendered[key] = InMemory([made[i] for i in range(len(split))])
+        return self.rendered[key]
 
 
 class InMemory(Dataset):
@@ -60,6 +82,7 @@ class Runner:
     def __init__(self, args: argparse.Namespace, device: torch.device) -> None:
         self.args, self.device = args, device
         self._cases: dict[str, tuple[dict[str, Any], dict[str, float]]] = {}
+        self._rendered: dict[tuple, Dataset] = {}
         self._tmp = tempfile.TemporaryDirectory()
         self.kind = device.type
         torch.backends.cudnn.benchmark = True  # fixed shapes: cuDNN picks its fastest kernels
@@ -93,6 +116,7 @@ class Runner:
             image_size=images.image_size,
             num_workers=self.args.workers,
             batches_per_epoch=self.args.steps + self.args.warmup,
+            rendered=self._rendered,
         )
         return module, data
 
@@ -127,20 +151,21 @@ class Runner:
     # ---- loaders -----------------------------------------------------------------------------
     def _loader(self, step: Step) -> Result:
         _, held = self._model(channels_last=False)
+        # every worker busy several times over, so that start-up and the batches still in
+        # flight at the end weigh little
+        batches = max(_LOADER_BATCHES, 4 * self.args.workers)
         data: RetrievalDataModule = SyntheticDataModule(  # rendered as it is read
             p=held.p, k=held.k, image_size=held.image_size, num_workers=self.args.workers,
-            batches_per_epoch=held.batches_per_epoch,
+            batches_per_epoch=batches,
         )  # fmt: skip
         if step.data == "jpeg":
             root = write_jpeg_folder(Path(self._tmp.name) / "jpeg", classes=32, per_class=20)
             data = CUB200DataModule(
-                root, train_classes=31, p=held.p, k=held.k,
-                image_size=held.image_size, num_workers=self.args.workers,
+                root, train_classes=31, p=held.p, k=held.k, image_size=held.image_size,
+                num_workers=self.args.workers, batches_per_epoch=batches,
             )  # fmt: skip
         data.setup("fit")
-        loader = self._pinned(data.train_dataloader())
-        batches = min(_LOADER_BATCHES, len(loader))
-        return Result(step, images_per_second(loader, batches, repeat=3))
+        return Result(step, steady_images_per_second(self._pinned(data.train_dataloader())))
 
     # ---- evaluation --------------------------------------------------------------------------
     def _case(self, name: str) -> tuple[dict[str, Any], dict[str, float]]:

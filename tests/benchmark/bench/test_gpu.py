@@ -41,20 +41,37 @@ def test_bad_arguments_are_usage_errors(
 
 def test_the_plan_runs_each_section_in_order() -> None:
     steps = gpu.plan(gpu.parse(["--workers", "16"]))
-    assert [s.section for s in steps] == ["train"] * 5 + ["loaders"] * 2 + ["eval"] * 12
-    train = [(s.loop, s.precision, s.channels_last) for s in steps[:5]]
+    assert [s.section for s in steps] == ["train"] * 6 + ["loaders"] * 2 + ["eval"] * 12
+    train = [(s.loop, s.precision, s.channels_last) for s in steps[:6]]
     assert train == [
         ("fit", "32-true", False),
         ("fit", "bf16-mixed", False),
         ("fit", "bf16-mixed", True),
         ("bare", "bf16-mixed", True),
         ("compute", "bf16-mixed", True),
+        ("compute", "32-true", False),
     ]
-    assert [s.data for s in steps[5:7]] == ["synthetic", "jpeg"]
-    assert "16 workers" in steps[5].name
-    sop = [s.path for s in steps[7:13]]
+    assert [s.data for s in steps[6:8]] == ["synthetic", "jpeg"]
+    assert "16 workers" in steps[6].name
+    sop = [s.path for s in steps[8:14]]
     assert sop == ["float32", "float16", "bfloat16", "auto", "faiss", "faiss-top-k"]
-    assert {s.case for s in steps[7:13]} == {"sop"} and steps[13].case == "msmt17"
+    assert {s.case for s in steps[8:14]} == {"sop"} and steps[14].case == "msmt17"
+
+
+def test_faiss_steps_leave_the_plan_when_faiss_has_no_gpu(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """faiss-cpu on a CUDA machine: its steps would time the CPU, so they go, and say how to
+    get them; with GPU support they stay."""
+    from benchmark.evaluation import faiss_blocks
+
+    steps = gpu.plan(gpu.parse(["--skip", "train", "--skip", "loaders"]))
+    monkeypatch.setattr(faiss_blocks, "faiss_has_gpu", lambda faiss: False)
+    kept = gpu.without_cpu_faiss(steps)
+    assert [s.path for s in kept] == ["float32", "float16", "bfloat16", "auto"] * 2
+    assert 'pip install "circlebench[gpu]"' in capsys.readouterr().out
+    monkeypatch.setattr(faiss_blocks, "faiss_has_gpu", lambda faiss: True)
+    assert gpu.without_cpu_faiss(steps) == steps
 
 
 def test_skipped_sections_and_chosen_cases_leave_the_plan() -> None:
@@ -84,6 +101,9 @@ def test_the_table_gives_each_figure_against_its_baseline() -> None:
     assert "loaders keep the GPU busy (1200 images/s): NO" in text  # the JPEG loader is slower
     headers = [line.split()[1] for line in text.splitlines() if line.startswith("-- ")]
     assert headers == ["train", "loaders", "eval"]
+    without_faiss = [r for r in results if r.step.path != "faiss-top-k"]
+    without_faiss.append(Result(Step("eval", "sop float32", case="sop", path="float32"), 0.4))
+    assert "x 0.80 vs float32" in gpu.table(without_faiss)  # the baseline left where faiss went
 
 
 def test_without_cuda_it_says_so_and_exits_0(
@@ -118,3 +138,15 @@ def test_the_runner_measures_on_the_cpu_too(monkeypatch: pytest.MonkeyPatch) -> 
     assert evaluated["faiss-top-k"].equal is None
     (loader,) = [r for r in results if r.step.section == "loaders"]
     assert loader.value > 0 and loader.gpu_peak == 0
+
+
+def test_training_runs_render_their_images_once() -> None:
+    """Each training run builds its module afresh but serves the same pre-rendered images."""
+    from benchmark.bench.gpu_runs import Runner
+
+    args = gpu.parse(["--config", str(SYNTHETIC), "--workers", "0", "--steps", "1"])
+    runner = Runner(args, torch.device("cpu"))
+    first, second = (runner._model(channels_last=False)[1] for _ in range(2))
+    first.setup("fit")
+    second.setup("fit")
+    assert first.train_dataloader().dataset is second.train_dataloader().dataset
