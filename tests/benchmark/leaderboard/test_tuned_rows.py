@@ -228,7 +228,10 @@ def test_the_w_and_b_view_shows_each_study_the_history_logged(tmp_path: Path) ->
         "s = json.loads(Path(sys.argv[2]).read_text());"
         "sys.exit(log_history('g/triplet', s, t, Path(sys.argv[3])))"
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
+    # no W&B variable of this process: WANDB_SERVICE, which an earlier in-process run leaves
+    # behind, would make the child log through this process's service, whose file is not
+    # complete when the child exits
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env |= {"HOME": str(tmp_path), "PYTHONPATH": str(REPO)}  # no ~/.netrc login: offline
     paths = [str(tmp_path / n) for n in ("trials.csv", "summary.json", "w")]
     subprocess.run([sys.executable, "-c", script, *paths], env=env, check=True)
