@@ -150,7 +150,10 @@ def probe_seconds(names: list[str], device: torch.device, rounds: int = 5) -> di
 def sgemm() -> str:
     """ "numpy" or "torch": whose float32 product is faster on this CPU, measured once per
     thread count. numpy's BLAS (OpenBLAS in its wheels) ran 1.4x faster than torch's (MKL)
-    on the busy 2-core EPYC, and as fast when it was quiet."""
+    on the busy 2-core EPYC, and as fast when it was quiet. Each engine's calls run back to
+    back: taking turns, each call met the other engine's threads still spinning (with
+    OpenBLAS's spin shortened, `benchmark/__init__.py`, that made torch's look faster on the
+    quiet Zen 4, where numpy's is 1.5x faster in a whole float32 evaluation)."""
     threads = torch.get_num_threads()
     if threads not in _SGEMM:
         gen = torch.Generator().manual_seed(0)
@@ -161,8 +164,8 @@ def sgemm() -> str:
             "torch": lambda: torch.mm(q, g.T, out=out),
         }
         best = dict.fromkeys(products, float("inf"))
-        for _ in range(4):
-            for engine, product in products.items():
+        for engine, product in products.items():
+            for _ in range(4):
                 start = time.perf_counter()
                 product()
                 best[engine] = min(best[engine], time.perf_counter() - start)
