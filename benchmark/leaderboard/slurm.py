@@ -182,7 +182,10 @@ class JobState:
 def job_states(job_ids: Iterable[str]) -> dict[str, JobState]:
     """The state of each of `job_ids` (`<array>_<index>` or plain ids): from `sacct`, else, for
     a job accounting has not recorded yet (just submitted on a busy cluster), from `squeue`,
-    else `UNKNOWN` (a job neither knows any more)."""
+    else `UNKNOWN` (a job neither knows any more). A job that accounting reports ended but the
+    queue still holds as pending or running is active: accounting (slurmdbd) hears of a requeue
+    after the attempt's end, so for a moment it reported a requeued cell as FAILED (seen on the
+    tests' one-node Slurm, where the leaderboard then gave up on a cell that went on)."""
     ids = list(job_ids)
     if not ids:
         return {}
@@ -202,12 +205,14 @@ def job_states(job_ids: Iterable[str]) -> dict[str, JobState]:
             "accounting (slurmdbd) to learn how jobs ended; ask your cluster's administrators"
         ) from error
     known = _read_states(output.stdout)
-    if any(job_id not in known for job_id in ids):
+    if any(job_id not in known or not known[job_id].active for job_id in ids):
         command = ["squeue", "--noheader", "--format=%i|%T|%N", f"--jobs={arrays}"]
         queued = subprocess.run(command, capture_output=True, text=True, timeout=120)
         # squeue fails on ids it no longer knows: then it has nothing to add
         queue = queued.stdout if queued.returncode == 0 else ""
-        known = _read_states("JobID|State|NodeList\n" + queue) | known
+        in_queue = _read_states("JobID|State|NodeList\n" + queue)
+        known = in_queue | known
+        known |= {job_id: state for job_id, state in in_queue.items() if state.active}
     return {job_id: known.get(job_id, JobState(job_id, "UNKNOWN")) for job_id in ids}
 
 

@@ -122,8 +122,10 @@ def test_job_states_read_sacct_then_squeue(monkeypatch: pytest.MonkeyPatch) -> N
         return subprocess.CompletedProcess(command, 0, SACCT, "")
 
     monkeypatch.setattr(slurm.subprocess, "run", slurm_commands)
+    assert job_states(["7_5"])["7_5"].active  # pending in accounting
+    assert len(commands) == 1 and commands[0][-1] == "--jobs=7"  # one call, one array
     states = job_states(["7_1", "7_2", "7_3", "7_5", "7_0"])
-    assert commands == [commands[0]] and commands[0][-1] == "--jobs=7"  # one call, one array
+    assert commands[-1][0] == "squeue"  # ended ones are asked of the queue too
     assert states["7_1"].describe() == "CANCELLED (job 7_1 on n2, exit 0:15)"
     assert states["7_2"].describe() == "TIMEOUT (job 7_2 on n1, exit 0:15)"
     assert states["7_3"].state == "NODE_FAIL" and not states["7_3"].active
@@ -135,6 +137,26 @@ def test_job_states_read_sacct_then_squeue(monkeypatch: pytest.MonkeyPatch) -> N
     states = job_states(["8_0", "7_9"])
     assert commands[-1][:3] == ["squeue", "--noheader", "--format=%i|%T|%N"]
     assert states["8_0"].active and states["7_9"] == JobState("7_9", "UNKNOWN")
+
+
+def test_a_job_accounting_reports_ended_but_the_queue_requeued_is_active(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """slurmdbd learns of a requeue after the attempt's end: sacct says FAILED while squeue
+    already holds the task pending again; the queue wins, and a task it reports ended keeps
+    accounting's details."""
+
+    def slurm_commands(command, **kwargs):
+        if command[0] == "squeue":
+            return subprocess.CompletedProcess(command, 0, "7_1|PENDING|\n7_2|COMPLETED|n1\n", "")
+        table = "JobID|State|NodeList|ExitCode|Elapsed\n"
+        table += "7_1|FAILED|n1|1:0|00:00:09\n7_2|FAILED|n1|1:0|00:00:08\n"
+        return subprocess.CompletedProcess(command, 0, table, "")
+
+    monkeypatch.setattr(slurm.subprocess, "run", slurm_commands)
+    states = job_states(["7_1", "7_2"])
+    assert states["7_1"].active and states["7_1"].state == "PENDING"
+    assert states["7_2"].describe() == "FAILED (job 7_2 on n1, exit 1:0)"
 
     def missing(command, **kwargs):
         raise FileNotFoundError(command[0])
