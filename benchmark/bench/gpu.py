@@ -156,15 +156,15 @@ def without_cpu_faiss(steps: list[Step]) -> list[Step]:
     CPU product (minutes at SOP size) and say nothing of the GPU."""
     from benchmark.evaluation.faiss_blocks import faiss_has_gpu, import_faiss
 
-    if faiss_has_gpu(import_faiss()):
-        return steps
     kept = [s for s in steps if s.path not in ("faiss", "faiss-top-k")]
-    if len(kept) < len(steps):
+    # a plan without faiss steps (--skip eval) needs no faiss installed
+    if len(kept) < len(steps) and not faiss_has_gpu(import_faiss()):
         print(
             "faiss here has no GPU support, so its steps are left out; for them keep one faiss: "
             'pip uninstall -y faiss-cpu && pip install "circlebench[gpu]"'
         )
-    return kept
+        return kept
+    return steps
 
 
 def _peer_seconds(results: list[Result], case: str) -> tuple[float | None, str]:

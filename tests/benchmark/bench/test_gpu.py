@@ -73,6 +73,13 @@ def test_faiss_steps_leave_the_plan_when_faiss_has_no_gpu(
     monkeypatch.setattr(faiss_blocks, "faiss_has_gpu", lambda faiss: True)
     assert gpu.without_cpu_faiss(steps) == steps
 
+    def no_faiss() -> None:
+        raise ImportError("no faiss installed")
+
+    monkeypatch.setattr(faiss_blocks, "import_faiss", no_faiss)  # --skip eval needs none
+    train = gpu.plan(gpu.parse(["--skip", "eval"]))
+    assert gpu.without_cpu_faiss(train) == train
+
 
 def test_skipped_sections_and_chosen_cases_leave_the_plan() -> None:
     steps = gpu.plan(gpu.parse(["--skip", "train", "--skip", "loaders", "--case", "msmt17"]))

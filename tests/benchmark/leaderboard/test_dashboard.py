@@ -20,7 +20,7 @@ from benchmark.leaderboard.dashboard import build_view, view_spec
 from benchmark.leaderboard.wandb_views import publish, publish_within
 from benchmark.training.results import read_results
 from tests.benchmark.leaderboard.hand_made import hand_made_suite
-from tests.benchmark.leaderboard.wandb_records import read_offline_run
+from tests.benchmark.leaderboard.wandb_records import offline_child_env, read_offline_run
 
 GOLDEN = Path(__file__).parent / "golden" / "dashboard_t.json"
 REPO = Path(__file__).resolve().parents[3]
@@ -103,11 +103,7 @@ def _names(view: wr.Report) -> dict[str, set[str]]:
 def test_every_panel_names_what_an_offline_run_logs(tmp_path: Path) -> None:
     """A real `fit` with W&B offline, in its own process as a leaderboard cell runs (its exit
     completes the run's file); that `.wandb` file, not a list typed here, has the keys."""
-    # no W&B variable of this process: WANDB_SERVICE, which an earlier in-process run leaves
-    # behind, would make the child log through this process's service, whose file is not
-    # complete when the child exits
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env |= {"HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}  # no ~/.netrc login: offline
+    env = offline_child_env(tmp_path) | {"OMP_NUM_THREADS": "1"}
     rows_csv = tmp_path / "rows.csv"
     fit = [
         sys.executable, "-m", "benchmark.training.cli", "fit",

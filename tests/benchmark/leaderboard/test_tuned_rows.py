@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from benchmark.leaderboard.suite import load_suite
 from benchmark.tuning.experiment import Budget
 from benchmark.tuning.tuned import GroupStudies, group_files, recipe
 from tests.benchmark.leaderboard.test_leaderboard import fake_fit, frame, row
-from tests.benchmark.leaderboard.wandb_records import read_offline_run
+from tests.benchmark.leaderboard.wandb_records import offline_child_env, read_offline_run
 
 BUDGET = "30 trials x 3 folds, <= 4 epochs, val MAP@R"
 REPO = Path(__file__).resolve().parents[3]
@@ -228,11 +227,7 @@ def test_the_w_and_b_view_shows_each_study_the_history_logged(tmp_path: Path) ->
         "s = json.loads(Path(sys.argv[2]).read_text());"
         "sys.exit(log_history('g/triplet', s, t, Path(sys.argv[3])))"
     )
-    # no W&B variable of this process: WANDB_SERVICE, which an earlier in-process run leaves
-    # behind, would make the child log through this process's service, whose file is not
-    # complete when the child exits
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env |= {"HOME": str(tmp_path), "PYTHONPATH": str(REPO)}  # no ~/.netrc login: offline
+    env = offline_child_env(tmp_path) | {"PYTHONPATH": str(REPO)}
     paths = [str(tmp_path / n) for n in ("trials.csv", "summary.json", "w")]
     subprocess.run([sys.executable, "-c", script, *paths], env=env, check=True)
     (log,) = (tmp_path / "w").glob("wandb/offline-run-*/run-*.wandb")

@@ -8,6 +8,7 @@ protobuf. wandb 0.31 no longer ships a Python reader, so the tests carry this sm
 from __future__ import annotations
 
 import json
+import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,15 @@ class OfflineRun:
     group: str = ""
     name: str = ""
     job_type: str = ""
+
+
+def offline_child_env(home: Path) -> dict[str, str]:
+    """This process's environment for a child that logs an offline run of its own: `home` as
+    HOME (no ~/.netrc login: offline) and no W&B variable of this process (WANDB_SERVICE, which
+    an earlier in-process run leaves behind, would make the child log through this process's
+    service, whose file is not complete when the child exits)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    return env | {"HOME": str(home)}
 
 
 def records(path: Path) -> list[bytes]:
