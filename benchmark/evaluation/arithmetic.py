@@ -23,7 +23,8 @@ natively (bfloat16 only with AMX or AVX-512-BF16 on CPUs, compute capability 8 o
 on GPUs of capability 7; int8 where torch has fbgemm) is costed as its product time, from one
 timed probe block per arithmetic (1,024 × 8,192 × 512, best of five calls after a warm-up; about
 a second, once per process and device), plus the re-check its band leaves on a sample of the
-data. float32 blocks use numpy's BLAS or torch's, whichever `sgemm` measured faster. The
+data. float32 blocks use numpy's BLAS or torch's, whichever `sgemm` measured faster (torch's
+below `SMALL_MACS`, where the measurement would cost more than it could save). The
 argument `arithmetic=` of `RetrievalEvaluator`, else the environment variable
 CIRCLEBENCH_EVAL_ARITHMETIC, overrides it; a named arithmetic runs even where the hardware lacks
 it, in a slow form with the same bound (the int8 products exactly emulated).
@@ -58,6 +59,11 @@ LOW_DTYPES = {
     "float32": torch.float32,
     "int8": torch.int8,
 }
+# About 0.35 s of float32 products on 2 Zen 4 cores: below it, measuring (a second or two, once
+# per process) costs more than any arithmetic could save. CUB's and Cars196's test sets are
+# below, Market-1501, SOP and MSMT17 above; so are a frozen-track cell's 480 test images, whose
+# evaluation took 0.02 s after sgemm's 0.38 s measurement.
+SMALL_MACS = 2**35
 # (device type, index, threads) -> the probe's seconds per arithmetic, or sgemm's engine
 _PROBES: dict[tuple[str, int | None, int], dict[str, float]] = {}
 _SGEMM: dict[int, str] = {}
@@ -173,13 +179,16 @@ def sgemm() -> str:
     return _SGEMM[threads]
 
 
-def block(name: str, device: torch.device) -> Block:
-    """The block function (query copy, gallery copy) -> Shortlist of arithmetic `name`."""
+def block(name: str, device: torch.device, macs: int | None = None) -> Block:
+    """The block function (query copy, gallery copy) -> Shortlist of arithmetic `name`, for an
+    evaluation of `macs` multiply-adds (None: a large one). Every engine gives the same metrics
+    (the re-check is exact), so a small evaluation's float32 takes torch's unmeasured."""
     if device.type == "cuda":
         return lambda query, gallery: CudaShortlist(gallery)
     if name == "int8":
         return lambda query, gallery: Int8Shortlist(query, gallery, fbgemm=_has_fbgemm())
-    engine = sgemm() if name == "float32" else "torch"
+    measure = name == "float32" and (macs is None or macs >= SMALL_MACS)
+    engine = sgemm() if measure else "torch"
     return lambda query, gallery: CpuShortlist(gallery, engine)
 
 

@@ -26,8 +26,9 @@ against `SAMPLE_GALLERY` gallery items spread evenly over the sets, each query's
 real positives in the whole gallery, so a sampled negative is in the band exactly when it would
 be in the full run; counts scale by the pairs. Counting, not timing, the sample keeps the choice
 stable on a busy machine. Every arithmetic is exact: the choice changes time and memory, never
-the metrics. An evaluation of fewer than `SMALL_MACS` multiply-adds takes float32 without
-measuring anything, since the measurements would cost more than any arithmetic could save.
+the metrics. An evaluation of fewer than `arithmetic.SMALL_MACS` multiply-adds takes float32
+without measuring anything, since the measurements would cost more than any arithmetic could
+save.
 """
 
 from __future__ import annotations
@@ -62,10 +63,6 @@ from benchmark.evaluation.similarity import (
 )
 
 SAMPLE_QUERIES, SAMPLE_GALLERY = 256, 512
-# About 0.35 s of float32 products on 2 Zen 4 cores: below it, measuring (a second or two, once
-# per process) costs more than any arithmetic could save. CUB's and Cars196's test sets are
-# below, Market-1501, SOP and MSMT17 above.
-SMALL_MACS = 2**35
 _PROBE_ROWS, _PROBE_COLS, _PROBE_DIM = 1024, 8192, 512  # `arithmetic.probe_seconds`'s block
 _HIT_ROWS = 64  # rows of the probe block timed with every pair a hit (~10 ns a hit)
 _TIMED_MACS = 1 << 23  # multiply-adds of each look or exact timing: ~10 ms, at any D
@@ -121,7 +118,7 @@ def choose(
 ) -> tuple[str, tuple[Estimate, ...]]:
     """The arithmetic `auto` runs for these sets, and the estimates it compared (none for a
     small evaluation, which takes float32)."""
-    if product_macs(sets) < SMALL_MACS:
+    if product_macs(sets) < _arithmetic.SMALL_MACS:
         return "float32", ()
     found = estimates(sets, q, g, device)
     return cheapest(found), tuple(found)

@@ -173,8 +173,9 @@ class RetrievalEvaluator:
         low = _arithmetic.LOW_DTYPES[arithmetic]
         qe = qe.in_dtype(low)
         ge = qe if sets.same_set else ge.in_dtype(low)
-        block = _arithmetic.block(arithmetic, device)
-        fallback = None if arithmetic == "float32" else _arithmetic.block("float32", device)
+        macs = _choice.product_macs(sets)
+        block = _arithmetic.block(arithmetic, device, macs)
+        fallback = None if arithmetic == "float32" else _arithmetic.block("float32", device, macs)
         return f"torch-{device.type}-{arithmetic}", block, fallback, qe, ge
 
     @like_torch()  # the compiled scans and re-checks: as many threads as torch's

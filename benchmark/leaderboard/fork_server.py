@@ -15,8 +15,9 @@ from typing import cast
 
 # What the fork server imports before forking cells. `wandb.init` imports `wandb.sdk.launch`
 # (and W&B's public API under it) on every call: 1.4 s of each cell's CPU time on the 2-core
-# machine, paid once here instead. A module that is not installed is skipped by the server.
-PRELOAD = ["benchmark.training.cli", "wandb.sdk.launch"]
+# machine, paid once here instead; so is numba's set-up at a cell's first evaluation (0.26 s).
+# A module that is not installed is skipped by the server.
+PRELOAD = ["benchmark.training.cli", "wandb.sdk.launch", "benchmark.evaluation.numba_target"]
 
 
 def fork_available() -> bool:

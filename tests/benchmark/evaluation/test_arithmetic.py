@@ -192,6 +192,17 @@ def test_probe_measures_every_native_path() -> None:
     assert arithmetic.sgemm() in ("numpy", "torch")
 
 
+def test_small_evaluation_skips_the_sgemm_measurement(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below SMALL_MACS float32 takes torch's product unmeasured (the measurement took 0.38 s
+    before a frozen-track cell's 0.02 s evaluation); from it on, sgemm's pick."""
+    monkeypatch.setattr(arithmetic, "sgemm", lambda: "numpy")
+    e = prepare(torch.randn(40, 8), "q", low_dtype=torch.float32, device=CPU, chunk=16)
+    small = arithmetic.block("float32", CPU, arithmetic.SMALL_MACS - 1)(e.query, e.gallery)
+    large = arithmetic.block("float32", CPU, arithmetic.SMALL_MACS)(e.query, e.gallery)
+    unknown = arithmetic.block("float32", CPU)(e.query, e.gallery)
+    assert [s._numpy for s in (small, large, unknown)] == [False, True, True]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

@@ -153,7 +153,7 @@ def test_auto_runs_the_cheapest_estimate_with_the_metrics_of_every_arithmetic(
     metrics are those of every named arithmetic, to the last digit."""
     x = collapsed(dim=256)
     labels = torch.arange(x.shape[0]) // 6
-    monkeypatch.setattr(choice, "SMALL_MACS", 0)
+    monkeypatch.setattr(arithmetic, "SMALL_MACS", 0)
     monkeypatch.delenv(arithmetic.ENV_VAR, raising=False)
     # Products and scans all but free: what decides is the re-check each band costs.
     names = arithmetic.native(CPU)

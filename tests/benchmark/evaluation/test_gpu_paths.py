@@ -93,7 +93,7 @@ def test_evaluation_on_blocks_without_out_dtype_is_exact(
 ) -> None:
     """torch 2.4-2.7's CUDA blocks, through the whole evaluator: the float32 answers."""
     monkeypatch.setattr(
-        arithmetic, "block", lambda n, d: lambda q, g: CudaShortlist(g, out_dtype=False)
+        arithmetic, "block", lambda n, d, macs=None: lambda q, g: CudaShortlist(g, out_dtype=False)
     )
     gen = torch.Generator().manual_seed(1)
     x, labels = _rows(2), torch.randint(0, 12, (120,), generator=gen)
@@ -132,8 +132,9 @@ def test_probe_skips_a_candidate_that_raises(monkeypatch: pytest.MonkeyPatch) ->
     must rule the candidate out, not end the run."""
     real = arithmetic.block
 
-    def block(name: str, device: torch.device):
-        return (lambda query, gallery: _Raising()) if name == "bfloat16" else real(name, device)
+    def block(name: str, device: torch.device, macs: int | None = None):
+        raising = name == "bfloat16"
+        return (lambda query, gallery: _Raising()) if raising else real(name, device, macs)
 
     monkeypatch.setattr(arithmetic, "block", block)
     seconds = arithmetic.probe_seconds(["float32", "bfloat16"], CPU, rounds=1)

@@ -55,3 +55,25 @@ def test_a_forked_cell_dies_with_a_killed_leaderboard_process(tmp_path: Path) ->
         [sys.executable, script(tmp_path.parent, parent)], cwd=REPO
     )
     assert_cell_dies_with(leaderboard_process, pid_file)
+
+
+def test_the_numba_preload_readies_the_target_without_starting_a_thread() -> None:
+    """The fork server is forked for every cell: its last preload must start no thread of its
+    own (a forked child would inherit a pool without its threads) and leave numba ready."""
+    if not Path("/proc/self/task").is_dir():
+        pytest.skip("no /proc to count threads in")
+    *others, last = fork_server.PRELOAD
+    assert last == "benchmark.evaluation.numba_target"
+    probe = (
+        "import importlib, os, numba.np.ufunc.parallel as parallel\n"
+        "from numba.core.registry import cpu_target\n"
+        f"for name in {others!r}:\n"
+        "    importlib.import_module(name)\n"
+        "before = len(os.listdir('/proc/self/task'))\n"
+        f"importlib.import_module({last!r})\n"
+        "print(len(os.listdir('/proc/self/task')) - before, parallel._is_initialized,\n"
+        "      cpu_target.target_context._registries != {})\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "False", "True"]
