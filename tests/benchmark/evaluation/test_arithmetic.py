@@ -203,6 +203,19 @@ def test_small_evaluation_skips_the_sgemm_measurement(monkeypatch: pytest.Monkey
     assert [s._numpy for s in (small, large, unknown)] == [False, True, True]
 
 
+def test_either_float32_engine_gives_the_same_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What lets a small evaluation take torch's product unmeasured: on near-duplicates and mixed
+    norms, numpy's and torch's float32 products rank to the same metrics, to the last digit."""
+    x, labels = hard_rows(64, 3), torch.arange(300) // 5
+    monkeypatch.setattr(arithmetic, "SMALL_MACS", 0)  # every evaluation takes sgemm's engine
+    got = {}
+    for engine in ("numpy", "torch"):
+        monkeypatch.setattr(arithmetic, "sgemm", lambda engine=engine: engine)
+        ev = RetrievalEvaluator("same_set", (1, 2, 4), device="cpu", arithmetic="float32")
+        got[engine] = ev.evaluate(x, labels)
+    assert got["numpy"] == got["torch"]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
