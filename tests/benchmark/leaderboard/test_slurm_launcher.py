@@ -138,6 +138,20 @@ def test_job_states_read_sacct_then_squeue(monkeypatch: pytest.MonkeyPatch) -> N
     assert commands[-1][:3] == ["squeue", "--noheader", "--format=%i|%T|%N"]
     assert states["8_0"].active and states["7_9"] == JobState("7_9", "UNKNOWN")
 
+    def missing(command, **kwargs):
+        raise FileNotFoundError(command[0])
+
+    monkeypatch.setattr(slurm.subprocess, "run", missing)
+    with pytest.raises(SystemExit, match=r"sacct not found: .* run it on a machine of the cluster"):
+        job_states(["7_1"])
+
+    def disabled(command, **kwargs):
+        raise subprocess.CalledProcessError(1, command, "", "Slurm accounting storage is disabled")
+
+    monkeypatch.setattr(slurm.subprocess, "run", disabled)
+    with pytest.raises(SystemExit, match=r"accounting storage is disabled\): .*slurmdbd"):
+        job_states(["7_1"])
+
 
 def test_a_job_accounting_reports_ended_but_the_queue_requeued_is_active(
     monkeypatch: pytest.MonkeyPatch,
@@ -157,20 +171,6 @@ def test_a_job_accounting_reports_ended_but_the_queue_requeued_is_active(
     states = job_states(["7_1", "7_2"])
     assert states["7_1"].active and states["7_1"].state == "PENDING"
     assert states["7_2"].describe() == "FAILED (job 7_2 on n1, exit 1:0)"
-
-    def missing(command, **kwargs):
-        raise FileNotFoundError(command[0])
-
-    monkeypatch.setattr(slurm.subprocess, "run", missing)
-    with pytest.raises(SystemExit, match=r"sacct not found: .* run it on a machine of the cluster"):
-        job_states(["7_1"])
-
-    def disabled(command, **kwargs):
-        raise subprocess.CalledProcessError(1, command, "", "Slurm accounting storage is disabled")
-
-    monkeypatch.setattr(slurm.subprocess, "run", disabled)
-    with pytest.raises(SystemExit, match=r"accounting storage is disabled\): .*slurmdbd"):
-        job_states(["7_1"])
 
 
 def test_a_job_slurm_briefly_forgets_is_waited_for_not_taken_as_ended(
