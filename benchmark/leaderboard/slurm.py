@@ -38,6 +38,11 @@ ACTIVE_STATES = frozenset(
 # How long a job that Slurm has forgotten (neither sacct nor squeue lists it) must stay so
 # before a wait takes it as ended: a requeued array task is briefly invisible to both.
 UNKNOWN_GRACE_S = 60.0
+# How long a job must stay ended before a wait reports it failed: while Slurm requeues a job,
+# accounting can call its last attempt FAILED before it hears of the requeue, and `squeue`,
+# which would say PENDING, can miss a beat on a busy controller (a cell of CI's Slurm test was
+# reported failed in that window and then ran to its end).
+SETTLE_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -242,7 +247,8 @@ class JobWatch:
     """`job_states` for a wait that polls: a job that neither `sacct` nor `squeue` knows is
     left out (still undecided) until it has stayed unknown for `grace_s` seconds. While Slurm
     requeues an array task, both can miss it for a moment (seen on the tests' one-node Slurm);
-    reading that as the job's end would report a running cell as failed."""
+    reading that as the job's end would report a running cell as failed. `ended_for` says how
+    long a job has been seen ended, for a wait to hold off a verdict of failure (`SETTLE_S`)."""
 
     def __init__(
         self,
@@ -251,12 +257,17 @@ class JobWatch:
     ) -> None:
         self.poll, self.grace_s = poll, grace_s  # poll: `job_states`
         self._unknown_since: dict[str, float] = {}
+        self._ended_since: dict[str, float] = {}
 
     def states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
         """The states of `job_ids` that are known, or unknown for longer than `grace_s`."""
         now = time.monotonic()
         states = {}
         for job_id, state in self.poll(job_ids).items():
+            if state.active:
+                self._ended_since.pop(job_id, None)
+            else:
+                self._ended_since.setdefault(job_id, now)
             if state.state != "UNKNOWN":
                 self._unknown_since.pop(job_id, None)
             elif now - self._unknown_since.setdefault(job_id, now) < self.grace_s:
@@ -264,14 +275,23 @@ class JobWatch:
             states[job_id] = state
         return states
 
+    def ended_for(self, job_id: str) -> float:
+        """Seconds since `job_id` was first seen ended without being seen active since (0 when
+        it was last seen active or never polled)."""
+        since = self._ended_since.get(job_id)
+        return 0.0 if since is None else time.monotonic() - since
+
 
 def wait_for_jobs(job_ids: Sequence[str], poll_s: float = 10.0) -> dict[str, JobState]:
-    """Poll `job_states` every `poll_s` seconds until none of `job_ids` may still run; their
-    final states (`COMPLETED`, `FAILED`, `CANCELLED`, ...)."""
+    """Poll `job_states` every `poll_s` seconds until every job of `job_ids` has stayed ended
+    for `SETTLE_S`; their final states (`COMPLETED`, `FAILED`, `CANCELLED`, ...)."""
     watch = JobWatch(job_states)
     while True:
         states = watch.states(job_ids)
-        if len(states) == len(set(job_ids)) and not any(s.active for s in states.values()):
+        if len(states) == len(set(job_ids)) and all(
+            not state.active and watch.ended_for(job_id) >= SETTLE_S
+            for job_id, state in states.items()
+        ):
             return states
         time.sleep(poll_s)
 

@@ -3,7 +3,8 @@
 `circlebench leaderboard --suite S --launcher slurm` submits every cell without a row as one
 task of one array (`slurm.submit_array`), records each cell's job in
 `<work>/slurm/jobs.json`, then polls `sacct` until every job has ended: a cell is done when its
-row is in the rows CSV (written by the job under the rows file's lock), else it failed, and is
+row is in the rows CSV (written by the job under the rows file's lock), else, once its job has
+stayed ended for `slurm.SETTLE_S` (a requeue can look like an end for a moment), it failed, and is
 reported with its Slurm state and log. The jobs do not depend on this process: if it is killed,
 they go on and write their rows, and the next command (or `--status`) finds them in
 `jobs.json` and waits for those still pending or running instead of submitting them again.
@@ -21,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from submitit import SlurmJob
 from submitit.core.utils import pickle_load
 
+from benchmark.leaderboard import slurm
 from benchmark.leaderboard.cells import (
     CellSettings,
     RunSummary,
@@ -164,10 +166,13 @@ def _wait(
                     state = states.get(job)
                     if state is None or state.active:
                         continue
+                    done = has_row(settings.rows_csv, cell_id)
+                    if not done and watch.ended_for(job) < slurm.SETTLE_S:
+                        continue  # accounting may not have heard of a requeue yet
                     del remaining[cell_id]
                     progress.advance(bar)
                     log = cell_log(settings.work_dir, cell_id)
-                    if has_row(settings.rows_csv, cell_id):
+                    if done:
                         summary.ran[cell_id] = state.elapsed_s
                         fingerprints |= _fingerprint(settings.work_dir / "slurm", job)
                         line = f"[green]done[/] {cell_id} in {state.elapsed_s:.0f} s"

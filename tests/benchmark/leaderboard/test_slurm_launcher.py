@@ -209,6 +209,53 @@ def test_wait_for_jobs_waits_out_an_unknown_job(monkeypatch: pytest.MonkeyPatch)
     assert slurm.wait_for_jobs(["7_1"], poll_s=10.0) == {"7_1": JobState("7_1", "COMPLETED")}
 
 
+def test_a_cell_that_looks_failed_while_requeued_is_waited_for(
+    project: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture,
+) -> None:
+    """Accounting calls a requeued attempt FAILED (and the queue misses the job) for a moment:
+    a cell without its row is reported failed only once its job has stayed ended for
+    `SETTLE_S`, so the requeued attempt runs to its row; a job that stays ended is failed."""
+    clock = [0.0]
+    monkeypatch.setattr(slurm.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(slurm_cells.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    fates = {  # per poll, 5 s apart: one requeued cell, one that failed for good (0 s: all run)
+        "syn/circle/seed0": ["RUNNING", "FAILED", "FAILED", "PENDING", "RUNNING", "COMPLETED"],
+        "syn/circle/seed1": ["RUNNING", "FAILED"],
+    }
+    tasks_of: dict[str, CellTask] = {}
+    write = fake_fit([])
+
+    def submit_array(tasks, folder, options, threads):
+        jobs = [f"1_{i}" for i in range(len(tasks))]
+        tasks_of.update(zip(jobs, tasks, strict=True))
+        return jobs
+
+    def states(jobs):
+        out = {}
+        for job in jobs:
+            task = tasks_of[job]
+            fate = fates.get(task.cell_id, ["COMPLETED"])
+            state = fate.pop(0) if len(fate) > 1 else fate[0]
+            if state == "COMPLETED":
+                write(task.args, task.log, task.threads)
+            out[job] = JobState(job, state)
+        return out
+
+    monkeypatch.setattr(slurm_cells, "submit_array", submit_array)
+    monkeypatch.setattr(slurm_cells, "job_states", states)
+    monkeypatch.setattr(slurm_cells, "POLL_S", 5.0)
+    monkeypatch.setattr(slurm, "SETTLE_S", 15.0)
+    with pytest.raises(SystemExit, match="1 cell") as failed:
+        leaderboard.main(["--suite", "t", "--no-wandb", "--launcher", "slurm"])
+    assert "syn/circle/seed1: FAILED (job 1_1" in str(failed.value)
+    assert "done syn/circle/seed0" in capfd.readouterr().out
+    # seed1 was first seen ended at 5 s and reported at 20 s; seed0's row came at 25 s
+    assert clock[0] == 25.0
+    assert len(read_results(project / "results/suites/t/rows.csv")) == 3
+
+
 def test_time_limit_and_node_failure_are_reported_and_only_those_cells_rerun(
     project: Path,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
@@ -237,6 +284,7 @@ def test_time_limit_and_node_failure_are_reported_and_only_those_cells_rerun(
     monkeypatch.setattr(slurm_cells, "submit_array", submit_array)
     monkeypatch.setattr(slurm_cells, "job_states", states)
     monkeypatch.setattr(slurm_cells, "POLL_S", 0.0)
+    monkeypatch.setattr(slurm, "SETTLE_S", 0.0)
     with pytest.raises(SystemExit, match="2 cell") as failed:
         leaderboard.main(["--suite", "t", "--no-wandb", "--launcher", "slurm"])
     log = "results/suites/t/logs/syn__triplet__seed0.log"
