@@ -27,6 +27,7 @@ from benchmark.evaluation.metrics import DEFAULT_METRICS
 from benchmark.evaluation.rerank import RerankMethod
 from benchmark.evaluation.sets import RetrievalProtocol
 from benchmark.training.embedders import EmbedderBase
+from benchmark.training.nvml import skip_absent_nvml
 from benchmark.training.results import TestResult
 from losses import MetricLoss
 
@@ -106,6 +107,7 @@ class MetricLearningModule(pl.LightningModule):
         return self._evaluator
 
     def setup(self, stage: str) -> None:
+        skip_absent_nvml()
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
         protocol = self.hparams["protocol"] or getattr(datamodule, "protocol", None)
         ks = self.hparams["recall_ks"] or getattr(datamodule, "default_recall_ks", None)
