@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -173,6 +174,15 @@ def test_a_job_accounting_reports_ended_but_the_queue_requeued_is_active(
     assert states["7_2"].describe() == "FAILED (job 7_2 on n1, exit 1:0)"
 
 
+def fake_clock(clock: list[float]) -> SimpleNamespace:
+    """A `time` for the launcher's modules alone: `sleep` advances `clock[0]`, which
+    `monotonic` reads. Patching the `time` module itself would let any other thread of the
+    test process (a leftover from an earlier test) move the clock."""
+    return SimpleNamespace(
+        monotonic=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + s)
+    )
+
+
 def test_a_job_slurm_briefly_forgets_is_waited_for_not_taken_as_ended(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -184,7 +194,7 @@ def test_a_job_slurm_briefly_forgets_is_waited_for_not_taken_as_ended(
     def states(job_ids):
         return {job_id: JobState(job_id, next(answers)) for job_id in job_ids}
 
-    monkeypatch.setattr(slurm.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(slurm, "time", fake_clock(clock))
     watch = slurm.JobWatch(states, grace_s=60.0)
     assert watch.states(["7_1"]) == {}  # unknown since 100 s
     clock[0] = 150.0
@@ -204,8 +214,7 @@ def test_wait_for_jobs_waits_out_an_unknown_job(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(
         slurm, "job_states", lambda ids: {i: JobState(i, next(answers)) for i in ids}
     )
-    monkeypatch.setattr(slurm.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(slurm.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(slurm, "time", fake_clock(clock))
     assert slurm.wait_for_jobs(["7_1"], poll_s=10.0) == {"7_1": JobState("7_1", "COMPLETED")}
 
 
@@ -218,8 +227,8 @@ def test_a_cell_that_looks_failed_while_requeued_is_waited_for(
     a cell without its row is reported failed only once its job has stayed ended for
     `SETTLE_S`, so the requeued attempt runs to its row; a job that stays ended is failed."""
     clock = [0.0]
-    monkeypatch.setattr(slurm.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(slurm_cells.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(slurm, "time", fake_clock(clock))
+    monkeypatch.setattr(slurm_cells, "time", fake_clock(clock))
     fates = {  # per poll, 5 s apart: one requeued cell, one that failed for good (0 s: all run)
         "syn/circle/seed0": ["RUNNING", "FAILED", "FAILED", "PENDING", "RUNNING", "COMPLETED"],
         "syn/circle/seed1": ["RUNNING", "FAILED"],
