@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 
 PACKAGES = ("munge", "mariadb-server", "slurmdbd", "slurmctld", "slurmd", "slurm-client")
@@ -37,6 +38,9 @@ CLUSTER = "circlebench"
 PARTITION = "debug"
 START_TIMEOUT_S = 120.0  # measured: about 15 s from nothing to an idle node on the 2-core VM
 PR_SET_PDEATHSIG = 1
+# Seconds after its requeue that a test's requeued job may start: slurmd compares job
+# credentials by the second, and refuses one made in the second the last attempt was killed.
+REQUEUE_DELAY_S = 2
 # Run by the janitor: wait for EOF on stdin (the cluster's owner closed it, or died), then
 # SIGKILL every process whose environment names this cluster's slurm.conf (argv[1]) and remove
 # the cluster's folder (argv[2]).
@@ -54,6 +58,14 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
         pass
 shutil.rmtree(sys.argv[2], ignore_errors=True)
 """
+
+
+def _later_than(begin: str, moment: datetime) -> bool:
+    """Whether squeue's start time (`2026-11-26T10:19:25`, or N/A) is after `moment`."""
+    try:
+        return datetime.fromisoformat(begin) > moment
+    except ValueError:
+        return False
 
 
 def unavailable() -> str | None:
@@ -104,19 +116,23 @@ class SlurmCluster:
 
     @contextlib.contextmanager
     def requeued_jobs_start_at_once(self) -> Iterator[None]:
-        """Meanwhile, let requeued jobs start at once: Slurm makes a requeued job eligible only
-        two minutes later (its BeginTime), which would be most of a test's time."""
+        """Meanwhile, let requeued jobs start within seconds: Slurm makes a requeued job
+        eligible only two minutes later (its BeginTime), which would be most of a test's time.
+        Not at once: slurmd refuses to launch a job in the second its last attempt was killed
+        ("Job credential revoked"; the requeued attempt then FAILED at once in CI), so the
+        begin time moves to `REQUEUE_DELAY_S` from now, once per wait."""
         stop = threading.Event()
 
         def hurry() -> None:
             while not stop.wait(0.5):
                 with contextlib.suppress(subprocess.TimeoutExpired):  # a busy slurmctld: retry
-                    queue = self.command("squeue", "-h", "-t", "PD", "-o", "%i|%r", check=False)
+                    queue = self.command("squeue", "-h", "-t", "PD", "-o", "%i|%r|%S", check=False)
+                    soon = datetime.now() + timedelta(seconds=REQUEUE_DELAY_S + 1)
                     for line in queue.splitlines():
-                        job, _, reason = line.partition("|")
-                        if reason == "BeginTime":
-                            update = ("scontrol", "update", f"JobId={job}", "StartTime=now")
-                            self.command(*update, check=False)
+                        job, reason, begin = [*line.split("|"), "", ""][:3]
+                        if reason == "BeginTime" and _later_than(begin, soon):
+                            start = f"StartTime=now+{REQUEUE_DELAY_S}"
+                            self.command("scontrol", "update", f"JobId={job}", start, check=False)
 
         thread = threading.Thread(target=hurry, name="requeued-jobs-start-at-once", daemon=True)
         thread.start()
