@@ -40,8 +40,8 @@ ACTIVE_STATES = frozenset(
 UNKNOWN_GRACE_S = 60.0
 # How long a job must stay ended before a wait reports it failed: while Slurm requeues a job,
 # accounting can call its last attempt FAILED before it hears of the requeue, and `squeue`,
-# which would say PENDING, can miss a beat on a busy controller (a cell of CI's Slurm test was
-# reported failed in that window and then ran to its end).
+# which would say PENDING, can miss a beat on a busy controller: one such poll must not fail a
+# cell that goes on.
 SETTLE_S = 15.0
 
 
