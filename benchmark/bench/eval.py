@@ -170,7 +170,7 @@ def run_case(
           f"mAP {base_result['mAP']:.4f}")  # fmt: skip
     best_peer = min(peer_times.values(), default=None)
     named = [s for label, s, *_ in measured if label.startswith("torch") and "(auto)" not in label]
-    probe = _arithmetic.probe(torch.device(device))
+    probe = _arithmetic.probe(torch.device(device), case.dim)
     for label, seconds, memory, mem, result in measured:
         ratios = f"x{base_time / seconds:5.1f} vs baseline"
         for peer, t in peer_times.items():
@@ -193,7 +193,7 @@ def product_bound(case: Case, probe_s: float) -> float:
     """Seconds of the case's shortlist products alone at the probe's speed (`choice`)."""
     pairs = case.n_query * (case.n_query + 1) // 2 if case.protocol == "same_set" else (
         case.n_query * case.n_gallery)  # fmt: skip
-    return probe_s / (1024 * 8192 * 512) * pairs * case.dim
+    return probe_s / _arithmetic.PROBE_MACS * pairs * case.dim
 
 
 AUTO_TARGET = 1.15  # issue 19: auto within 1.15x of the fastest named arithmetic, every case
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"GPU {torch.cuda.get_device_name(device)}, torch CUDA {torch.version.cuda}")
     probe = _arithmetic.probe(device)  # the evaluator's own, cached for the process
     shown = ", ".join(
-        f"{name} {1e3 * t:.1f} ms ({1024 * 8192 * 512 / t / 1e9:.0f} GMAC/s)"
+        f"{name} {1e3 * t:.1f} ms ({_arithmetic.PROBE_MACS / t / 1e9:.0f} GMAC/s)"
         for name, t in probe.items()
     )
     engine = "" if cuda else f"; float32 products by {_arithmetic.sgemm()}"

@@ -64,8 +64,9 @@ LOW_DTYPES = {
 # below, Market-1501, SOP and MSMT17 above. A frozen-track cell's 480 test images, far below,
 # were evaluated in 0.02 s after sgemm's 0.38 s measurement.
 SMALL_MACS = 2**35
-# (device type, index, threads) -> the probe's seconds per arithmetic, or sgemm's engine
-_PROBES: dict[tuple[str, int | None, int], dict[str, float]] = {}
+PROBE_DIM, PROBE_MACS = 512, 1024 * 8192 * 512  # the probe's block (`probe_seconds`)
+# (device type, index, threads, D) -> the probe's seconds per arithmetic; sgemm's engine
+_PROBES: dict[tuple[str, int | None, int, int], dict[str, float]] = {}
 _SGEMM: dict[int, str] = {}
 
 
@@ -104,12 +105,13 @@ def resolve(argument: str, device: torch.device) -> str:
     return name
 
 
-def probe(device: torch.device) -> dict[str, float]:
-    """`probe_seconds` of every native arithmetic of `device`, measured once per process,
-    device and thread count (products run at the speed the threads give them)."""
-    key = (device.type, device.index, torch.get_num_threads())
+def probe(device: torch.device, dim: int = PROBE_DIM) -> dict[str, float]:
+    """`probe_seconds` of every native arithmetic of `device` at dimension `dim`, measured once
+    per process, device, thread count (products run at the speed the threads give them) and
+    dimension (a float32 product of D = 256 ran 1.2x slower per multiply-add than at 512)."""
+    key = (device.type, device.index, torch.get_num_threads(), dim)
     if key not in _PROBES:
-        _PROBES[key] = probe_seconds(native(device), device)
+        _PROBES[key] = probe_seconds(native(device), device, dim=dim)
     return _PROBES[key]
 
 
@@ -126,14 +128,18 @@ def native(device: torch.device) -> list[str]:
     return names
 
 
-def probe_seconds(names: list[str], device: torch.device, rounds: int = 5) -> dict[str, float]:
-    """Best time of each arithmetic's block of 1,024 × 8,192 at D = 512 over `rounds` calls
-    after a warm-up call; inf where one fails. Each candidate runs its calls back to back: taking
+def probe_seconds(
+    names: list[str], device: torch.device, rounds: int = 5, dim: int = PROBE_DIM
+) -> dict[str, float]:
+    """Best time of each arithmetic's block of `PROBE_MACS` multiply-adds (1,024 × 8,192 at
+    D = 512; as many columns as keep that count at another D) over `rounds` calls after a
+    warm-up call; inf where one fails. Each candidate runs its calls back to back: taking
     turns made every int8 call follow a numpy product, whose BLAS threads keep spinning after
     it returns (on 2 cores int8 then probed 1.1x faster than float32 instead of 1.7x)."""
     gen = torch.Generator().manual_seed(0)
-    raw = torch.randn(1024 + 8192, 512, generator=gen)
-    queries, gallery = torch.arange(1024), torch.arange(1024, 1024 + 8192)
+    cols = max(1, PROBE_MACS // (1024 * dim))
+    raw = torch.randn(1024 + cols, dim, generator=gen)
+    queries, gallery = torch.arange(1024), torch.arange(1024, 1024 + cols)
     best = {name: float("inf") for name in names}
     for name in names:
         emb = prepare(raw, "probe", low_dtype=LOW_DTYPES[name], device=device, chunk=4096)

@@ -149,7 +149,7 @@ def threshold_tables(
     return Tables(ptr_np, t.numpy(), lo, hi, floor, native, hist)
 
 
-_ROW_CAP, _TILE_CAP = 1024, 16 * _scan.TILE  # band slots per row / column tile before a refill
+ROW_CAP, TILE_CAP = 1024, 16 * _scan.TILE  # band slots per row / column tile before a refill
 _HEAD = 32  # units scanned first when a band limit applies (`_band_pairs`)
 _SORT_PAIRS = 1 << 16  # band pairs above which the float32 look reads them in gallery order
 
@@ -200,7 +200,7 @@ def scan_rows(tab: Tables, scores: Tensor, row0: int, limit: int | None = None) 
     bits = _Bits.of(scores)
     args = (bits.view(scores), bits.shift, row0, tab.floor, tab.native, tab.ptr, tab.lo, tab.hi,
             tab.hist)  # fmt: skip
-    return _band_pairs(_scan.scan_rows, scores.shape[0], _ROW_CAP, args, limit)
+    return _band_pairs(_scan.scan_rows, scores.shape[0], ROW_CAP, args, limit)
 
 
 def scan_cols(
@@ -212,7 +212,7 @@ def scan_cols(
     args = (bits.view(scores), bits.shift, c0, item0, tab.floor, tab.native, tab.ptr, tab.lo,
             tab.hi, tab.hist)  # fmt: skip
     tiles = -(-(scores.shape[1] - c0) // _scan.TILE)
-    return _band_pairs(_scan.scan_cols, tiles, _TILE_CAP, args, limit)
+    return _band_pairs(_scan.scan_cols, tiles, TILE_CAP, args, limit)
 
 
 def settle(

@@ -10,21 +10,26 @@ collapsed`). So each candidate's cost is
     product   multiply-adds of the evaluation × the probe's seconds per multiply-add
               (`arithmetic.probe`): the product-only bound;
     scan      pairs scanned × seconds per pair of the compiled scan of that arithmetic's
-              blocks, plus hits × seconds per hit: a pair scoring above its query's lowest
-              positive threshold (a "hit") is classified against the thresholds, which costs
-              several times the vectorised pass every pair gets. Hits depend on the data (about
-              1 % of pairs on clustered embeddings, most of them where classes crowd a few
-              directions: `bench eval --case low-rank`). Both rates are timed once per process
-              on a probe-sized block, in each direction (rows; columns, the transposed half of
-              a same_set panel, reads its block across rows);
-    re-check  band pairs × the float32 look (coarser than float32 only) + pairs left unsure
-              × the exact reference, each timed on the evaluation's rows, once per process
-              and dimension D.
+              blocks, + hits × seconds per hit (a pair scoring above its query's lowest
+              positive threshold is classified against the thresholds, several times the
+              vectorised pass every pair gets; about 1 % of pairs on clustered embeddings,
+              10 % where classes crowd a few directions: `bench eval --case low-rank`)
+              + band pairs × seconds to record one + the filling passes of the rows and
+              column tiles whose band overflows its slots (`_refill_seconds`). The rates are
+              timed on a probe block as wide as the evaluation's, with hits scattered among
+              misses (`scan_seconds`), in each direction (rows; columns, the transposed half
+              of a same_set panel, reads its block across rows);
+    re-check  band pairs × (the float32 look, coarser than float32 only, + the bookkeeping
+              of ordering, gathering and counting them) + pairs left unsure × the exact
+              reference; the look and the exact reference timed on the evaluation's rows laid
+              out as one chunk's band reads them (`_per_pair`), once per process, dimension D
+              and reuse, the bookkeeping on the scan probe's band.
 
 The band and hit counts come from a sample of the evaluation itself: `SAMPLE_QUERIES` queries
 against `SAMPLE_GALLERY` gallery items spread evenly over the sets, each query's thresholds its
 real positives in the whole gallery, so a sampled negative is in the band exactly when it would
-be in the full run; counts scale by the pairs. Counting, not timing, the sample keeps the choice
+be in the full run; counts scale by the pairs, each sampled row and column also standing for
+its share of the rows and tiles that overflow. Counting, not timing, the sample keeps the choice
 stable on a busy machine. Every arithmetic is exact: the choice changes time and memory, never
 the metrics. An evaluation of fewer than `arithmetic.SMALL_MACS` multiply-adds takes float32
 without measuring anything, since the measurements would cost more than any arithmetic could
@@ -35,16 +40,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from benchmark.evaluation import _dots
+from benchmark.evaluation import _scan
 from benchmark.evaluation import arithmetic as _arithmetic
 from benchmark.evaluation.bands import (
+    ROW_CAP,
+    TILE_CAP,
     Block,
+    Readout,
+    Tables,
     exclude_pairs,
     scan_cols,
     scan_rows,
@@ -55,6 +64,7 @@ from benchmark.evaluation.bands import (
 from benchmark.evaluation.ranks import same_label_pairs
 from benchmark.evaluation.sets import EvaluationSets, excluded
 from benchmark.evaluation.similarity import (
+    Levels,
     UnitEmbeddings,
     exact_similarities,
     prepare,
@@ -63,31 +73,48 @@ from benchmark.evaluation.similarity import (
 )
 
 SAMPLE_QUERIES, SAMPLE_GALLERY = 256, 512
-_PROBE_ROWS, _PROBE_COLS, _PROBE_DIM = 1024, 8192, 512  # `arithmetic.probe_seconds`'s block
-_HIT_ROWS = 64  # rows of the probe block timed with every pair a hit (~10 ns a hit)
+# The scans' probe block: one chunk of rows, as wide as the evaluation's blocks up to a width
+# where even its uint8 form outgrows the cache (as real blocks do: the scans read them from
+# memory, at 1.4x the per-pair time of a cached 1,024 x 9,216 block), from a tile of random
+# scores repeated across it; `_HIT_SHARE` of its entries are hits.
+_SCAN_ROWS, _SCAN_TILE, _SCAN_WIDTHS = 1024, 4096, (4096, 32768)
+_HIT_SHARE = 0.02
 _TIMED_MACS = 1 << 23  # multiply-adds of each look or exact timing: ~10 ms, at any D
-# Once per process, device and thread count: seconds per scanned pair by arithmetic, and per
-# (D, "look" or "exact") seconds per pair of the re-check's two steps.
-_SCANS: dict[tuple[str, int | None, int], dict[str, ScanCost]] = {}
-_RECHECKS: dict[tuple[str, int | None, int, int, str], float] = {}
+_CHUNK_ROWS = 1024  # the evaluator's default chunk_size: query rows one band's pairs share
+_MAX_REUSE = 64  # band pairs per gallery row beyond which the re-check's reads are all cached
+# Once per process, device, thread count and probe width: each arithmetic's scan costs; and per
+# (D, "look" or "exact", reuse) seconds per pair of the re-check's two steps.
+_SCANS: dict[tuple[str, int | None, int, int], dict[str, ScanCost]] = {}
+_RECHECKS: dict[tuple[str, int | None, int, int, str, int], float] = {}
 
 
 @dataclass(frozen=True)
 class ScanCost:
-    """Seconds per scanned pair (`rows`, `cols`) and per hit (`rows_hit`, `cols_hit`) of one
-    arithmetic's compiled scans, by direction."""
+    """One arithmetic's band costs, in seconds: of its compiled scans per scanned pair (`rows`,
+    `cols`), per hit among misses (`rows_hit`, `cols_hit`) and per band pair beyond its hit
+    (`rows_band`, `cols_band`: recording it), by direction; and per band pair of the re-check's
+    bookkeeping (`settle`: ordering, gathering and counting the band, beyond its dot products).
+    """
 
     rows: float
     cols: float
     rows_hit: float
     cols_hit: float
+    rows_band: float
+    cols_band: float
+    settle: float
 
-    def seconds(self, pairs: int, hits: float, same_set: bool) -> float:
-        """A query_gallery evaluation scans rows only; a same_set one, half of its pairs (and
-        hits) each way."""
+    def seconds(self, pairs: int, hits: float, band: float, same_set: bool) -> float:
+        """The scans' seconds: a query_gallery evaluation scans rows only; a same_set one, half
+        of its pairs (hits, band pairs) each way."""
         if not same_set:
-            return pairs * self.rows + hits * self.rows_hit
-        return (pairs * (self.rows + self.cols) + hits * (self.rows_hit + self.cols_hit)) / 2
+            return pairs * self.rows + hits * self.rows_hit + band * self.rows_band
+        each_way = (
+            pairs * (self.rows + self.cols)
+            + hits * (self.rows_hit + self.cols_hit)
+            + band * (self.rows_band + self.cols_band)
+        )
+        return each_way / 2
 
 
 @dataclass(frozen=True)
@@ -143,33 +170,41 @@ def estimates(
 
     `q` and `g` are the prepared sets (any low dtype; `g` is `q` under same_set).
     """
-    probe, scans = _arithmetic.probe(device), scan_seconds(device)
-    macs = product_macs(sets)
     n_q, n_g = sets.query.shape[0], sets.gallery.shape[0]
+    probe, scans = _arithmetic.probe(device, q.dim), scan_seconds(device, n_g)
+    macs = product_macs(sets)
     ordered = n_q * (n_q - 1) if sets.same_set else n_q * n_g  # pairs scanned (each way)
     rows = _spread(n_q, SAMPLE_QUERIES)
     cols = _spread(n_g, SAMPLE_GALLERY)
     thresholds = _sample_thresholds(sets, q, g, rows)
     q_s, g_s = q.subset(rows), g.subset(cols)  # the sample's rows, gathered once
-    look = _per_pair("look", raw_similarities, q, g, device)
-    exact = _per_pair("exact", exact_similarities, q, g, device)
+    chunk = min(n_q, _CHUNK_ROWS)
     out = []
     for name in _arithmetic.native(device):
         if not np.isfinite(probe[name]):
             continue  # a candidate this build cannot run
         low = _arithmetic.LOW_DTYPES[name]
-        band, checked, hits, negatives = _sample_band(
+        sample = _sample_band(
             sets, q_s.in_dtype(low), g_s.in_dtype(low), rows, cols, thresholds,
             _arithmetic.block(name, device),
         )  # fmt: skip
+        band, checked, hits, negatives = sample.band, sample.checked, sample.hits, sample.negatives
         scale = ordered / max(negatives, 1)
+        # Pairs per gallery row that one chunk's band reads: the more, the more of each read
+        # row comes from cache (`_per_pair`).
+        look = _per_pair("look", raw_similarities, q, g, device, band / max(negatives, 1) * chunk)
+        exact = _per_pair(
+            "exact", exact_similarities, q, g, device, checked / max(negatives, 1) * chunk
+        )
         looked = band if name != "float32" else 0
+        cost = scans[name]
         out.append(
             Estimate(
                 name,
-                product_s=probe[name] / (_PROBE_ROWS * _PROBE_COLS * _PROBE_DIM) * macs,
-                scan_s=scans[name].seconds(ordered, hits * scale, sets.same_set),
-                recheck_s=(looked * look + checked * exact) * scale,
+                product_s=probe[name] / _arithmetic.PROBE_MACS * macs,
+                scan_s=cost.seconds(ordered, hits * scale, band * scale, sets.same_set)
+                + _refill_seconds(cost, sample, n_q, n_g, sets.same_set, chunk),
+                recheck_s=(looked * look + checked * exact + band * cost.settle) * scale,
                 band_fraction=band / max(negatives, 1),
                 hit_fraction=hits / max(negatives, 1),
             )
@@ -177,78 +212,147 @@ def estimates(
     return out
 
 
-def scan_seconds(device: torch.device) -> dict[str, ScanCost]:
-    """The `ScanCost` of each native arithmetic's blocks (best of five on a probe-sized block),
-    once per process, device and thread count: its pairs scanned with a narrow band (few
-    hits), then again with every pair a hit (every threshold set below every score)."""
-    key = (device.type, device.index, torch.get_num_threads())
+def scan_seconds(device: torch.device, width: int) -> dict[str, ScanCost]:
+    """The `ScanCost` of each native arithmetic for blocks `width` columns wide (timed at a
+    power of two in `_SCAN_WIDTHS`), once per process, device, thread count and probe width.
+
+    One probe block of scores (`_probe_scores`) is scanned against three sets of thresholds:
+    above every score (the pass alone), below the hits and far above the rest (hits, no
+    band), and amid the hits with a wide error (every hit in the band); each cost is what its
+    set adds to the one before, per pair, hit or band pair. The band is then settled as the
+    re-check would, on 16-dimensional rows, whose dot products cost next to nothing.
+    """
+    width = int(np.clip(1 << max(0, int(width) - 1).bit_length(), *_SCAN_WIDTHS))
+    key = (device.type, device.index, torch.get_num_threads(), width)
     if key not in _SCANS:
-        # Groups of 4 near-copies (cosine ≈ 0.9): each probe item has 3 positives, far from
-        # its negatives (≈ 0 ± 0.05), so even int8's band is empty and the pass alone is timed.
-        gen = torch.Generator().manual_seed(0)
-        n = _PROBE_ROWS + _PROBE_COLS
-        labels = torch.arange(n) // 4
-        base = torch.randn(n // 4, _PROBE_DIM, generator=gen)
-        raw = base[labels] + 0.3 * torch.randn(n, _PROBE_DIM, generator=gen)
-        pairs, pos = same_label_pairs(labels, labels)
-        other = pos != pairs  # an item is not its own positive
-        pairs, pos = pairs[other], pos[other]
-        _SCANS[key] = {
-            name: _scan_cost(raw, pairs, pos, name, device) for name in _arithmetic.native(device)
-        }
+        tile = _probe_scores(min(width, _SCAN_TILE))
+        settle_s = None
+        found = {}
+        for name in _arithmetic.native(device):
+            found[name], band_s = _scan_cost(tile, width, name, device)
+            settle_s = band_s if settle_s is None else settle_s
+        _SCANS[key] = {n: replace(c, settle=settle_s or 0.0) for n, c in found.items()}
     return _SCANS[key]
 
 
+def _probe_scores(width: int) -> Tensor:
+    """[`_SCAN_ROWS`, width] float32 similarities: negatives of random unit vectors in 512-D
+    (0 ± 0.044), and at random places `_HIT_SHARE` of them at 0.5 ± 0.02."""
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randn(_SCAN_ROWS, width, generator=gen) / _arithmetic.PROBE_DIM**0.5
+    hit = torch.rand(_SCAN_ROWS, width, generator=gen) < _HIT_SHARE
+    scores[hit] = 0.5 + 0.02 * torch.randn(int(hit.sum()), generator=gen)
+    return scores
+
+
+# Thresholds (three per item, ±0.01 around the centre) and error of each probe setting.
+# Hits sit at 0.5 ± 0.02, negatives at 0 ± 0.044, so the hits' setting (floor 0.25, 5.7 σ
+# above the negatives) has no band and the band's (0.44-0.56) holds every hit.
+_PASS, _HITS, _BAND = (0.9, 0.04), (0.3, 0.04), (0.5, 0.05)
+
+
 def _scan_cost(
-    raw: Tensor, pairs: Tensor, pos: Tensor, name: str, device: torch.device
-) -> ScanCost:
-    """Time the first rows of `raw` as rows, and the others as columns, of one block against
-    every item (a same_set panel), with `pos` the positives of each item: `_PROBE_ROWS` rows
-    with their own thresholds, then `_HIT_ROWS` with every threshold below every score."""
-    n = raw.shape[0]
-    emb = prepare(raw, "probe", low_dtype=_arithmetic.LOW_DTYPES[name], device=device, chunk=4096)
-    sims = exact_similarities(emb, emb, pairs, pos)
-    shortlist = _arithmetic.block(name, device)(emb.query, emb.gallery)
-    eps_in = shortlist_error(emb, emb)
-    seconds = []
-    for m, thresholds in ((_PROBE_ROWS, sims), (_HIT_ROWS, torch.full_like(sims, -1.0))):
-        readout = shortlist_readout(shortlist, thresholds, eps_in)  # before the block's scores
-        tab = threshold_tables(pairs, thresholds, n, eps_in, readout)
-        scores = shortlist(emb.query.values[:m], 0)  # [m, n]; scans only read it
-        best_rows = best_cols = float("inf")
-        for _ in range(5):  # a short timing: the best of five settles it on a busy machine
+    tile: Tensor, w: int, name: str, device: torch.device
+) -> tuple[ScanCost, float | None]:
+    """(the costs of arithmetic `name`'s scans on the probe block: `tile` of probe scores in
+    its readout, repeated to `w` columns, best of three; seconds per band pair of settling the
+    band, timed on float32's blocks only, else None). Rows are items 0..R-1 against columns
+    0..w-1, a same_set panel: the columns from R on are also scanned as queries."""
+    r = tile.shape[0]
+    tiny = prepare(torch.ones(64, 16), "probe", low_dtype=_arithmetic.LOW_DTYPES[name],
+                   device=device, chunk=64)  # fmt: skip
+    shortlist = _arithmetic.block(name, device)(tiny.query, tiny.gallery)
+    items = torch.arange(w).repeat_interleave(3)
+    offsets = torch.tensor([-0.01, 0.0, 0.01]).repeat(w)
+    lowest, highest = _HITS[0] - 0.01 - _HITS[1], _PASS[0] + 0.01 + _PASS[1]
+    readout = shortlist.readout(lowest, highest)
+    block = _in_readout(tile, readout).repeat(1, -(-w // tile.shape[1]))[:, :w].contiguous()
+    timed, settle_s = [], None
+    for centre, eps in (_PASS, _HITS, _BAND):
+        tab = threshold_tables(items, centre + offsets, w, eps, readout)
+        band_r = scan_rows(tab, block, 0)
+        sure_r = int(tab.hist.sum())
+        band_c = scan_cols(tab, block, r, r)
+        assert band_c is not None  # no limit: never refused
+        hits_r, hits_c = sure_r + band_r[0].size, int(tab.hist.sum()) - sure_r + band_c[0].size
+        best_r = best_c = float("inf")
+        for _ in range(3):  # a short timing: the best of three settles it on a busy machine
             start = time.perf_counter()
-            scan_rows(tab, scores, 0)
+            scan_rows(tab, block, 0)
             middle = time.perf_counter()
-            scan_cols(tab, scores, m, m)
-            best_rows = min(best_rows, middle - start)
-            best_cols = min(best_cols, time.perf_counter() - middle)
-        seconds.append((best_rows / (m * n), best_cols / (m * (n - m))))
-    (rows, cols), (rows_all, cols_all) = seconds
-    return ScanCost(rows, cols, max(0.0, rows_all - rows), max(0.0, cols_all - cols))
+            scan_cols(tab, block, r, r)
+            best_r = min(best_r, middle - start)
+            best_c = min(best_c, time.perf_counter() - middle)
+        timed.append((best_r, best_c, hits_r, hits_c, band_r[0].size, band_c[0].size))
+        if centre == _BAND[0] and name == "float32" and band_r[0].size:
+            settle_s = _settle_seconds(tab, band_r, w)
+    (pass_r, pass_c, *_), (hit_r, hit_c, h_r, h_c, _, _), band = timed
+    rows_hit = max(0.0, hit_r - pass_r) / max(h_r, 1)
+    cols_hit = max(0.0, hit_c - pass_c) / max(h_c, 1)
+    band_r_s, band_c_s, bh_r, bh_c, b_r, b_c = band
+    cost = ScanCost(
+        rows=pass_r / (r * w),
+        cols=pass_c / (r * (w - r)),
+        rows_hit=rows_hit,
+        cols_hit=cols_hit,
+        rows_band=max(0.0, band_r_s - pass_r - bh_r * rows_hit) / max(b_r, 1),
+        cols_band=max(0.0, band_c_s - pass_c - bh_c * cols_hit) / max(b_c, 1),
+        settle=0.0,
+    )
+    return cost, settle_s
+
+
+def _in_readout(scores: Tensor, readout: Readout) -> Tensor:
+    """The float32 `scores` as a block of `readout` reads: that dtype, or uint8 levels."""
+    if isinstance(readout, Levels):
+        levels = torch.round(scores.double() / readout.step) + readout.zero
+        return levels.clamp(0, 255).to(torch.uint8)
+    return scores.to(readout)
+
+
+def _settle_seconds(tab: Tables, band: tuple[np.ndarray, np.ndarray], width: int) -> float:
+    """Seconds per band pair of `bands.settle`'s bookkeeping: the band settled with a float32
+    look on random 16-dimensional rows (its dot products ~3 % of the whole at D = 512)."""
+    gen = torch.Generator().manual_seed(1)
+    rows = prepare(torch.randn(width, 16, generator=gen), "probe", low_dtype=torch.bfloat16,
+                   device=torch.device("cpu"), chunk=4096)  # fmt: skip
+    query = torch.arange(_SCAN_ROWS)
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        settle(tab, rows, rows, query, band, None)
+        best = min(best, time.perf_counter() - start)
+    return best / band[0].size
 
 
 def _per_pair(
-    step: str, similarities: Callable, q: UnitEmbeddings, g: UnitEmbeddings, device: torch.device
+    step: str,
+    similarities: Callable,
+    q: UnitEmbeddings,
+    g: UnitEmbeddings,
+    device: torch.device,
+    reuse: float,
 ) -> float:
-    """Seconds per pair of `similarities` (the float32 look or the exact reference), timed on
-    the first evaluation of each dimension D in this process (best of three), pairs in
-    gallery order as a wide band reads them.
+    """Seconds per pair of `similarities` (the float32 look or the exact reference) in a band
+    laid out as one chunk's is: query rows among `_CHUNK_ROWS` of them, each gallery row read by
+    about `reuse` pairs in a row (gallery order, as `bands.settle` reads a wide band). Timed on
+    the first evaluation of each dimension D and power of two of `reuse` (1 to `_MAX_REUSE`) in
+    this process, best of three.
 
-    The pairs are drawn over the whole sets, so both rows of most pairs come from memory: 3.3x
-    the look's time per pair in a real band (bfloat16 on `bench eval --case low-rank`, timed on
-    a busy machine), whose re-check then spends 0.9x the look again ordering and counting the
-    band. Timed on denser pairs instead, the estimates made `auto` pick int8 on SOP and Market,
-    1.2x slower than bfloat16 there: the slack covers what the model leaves out.
+    Reuse decides the cost: a gallery row read once comes from memory, one read by many pairs
+    of the chunk from cache. Timed on pairs spread over the whole sets instead (reuse 1
+    everywhere), int8's look was estimated 3.6x above what it spent on Market, where its band
+    holds ~30 pairs per gallery row and chunk (docs/benchmarks/evaluation.md).
     """
-    key = (device.type, device.index, torch.get_num_threads(), q.dim, step)
+    level = min(_MAX_REUSE, 1 << max(0, round(np.log2(max(reuse, 1.0)))))
+    key = (device.type, device.index, torch.get_num_threads(), q.dim, step, level)
     if key not in _RECHECKS:
         pairs = max(1024, _TIMED_MACS // q.dim)
         gen = torch.Generator().manual_seed(0)
-        q_rows = torch.randint(0, q.raw.shape[0], (pairs,), generator=gen)
-        g_rows = torch.randint(0, g.raw.shape[0], (pairs,), generator=gen)
-        order = torch.from_numpy(_dots.bucket_order(g_rows.numpy(), g.raw.shape[0]))
-        q_rows, g_rows = q_rows[order], g_rows[order]
+        window = torch.randperm(q.raw.shape[0], generator=gen)[:_CHUNK_ROWS]
+        q_rows = window[torch.randint(0, window.numel(), (pairs,), generator=gen)]
+        read = torch.randint(0, g.raw.shape[0], (-(-pairs // level),), generator=gen)
+        g_rows = read.repeat_interleave(level)[:pairs]  # each read row `level` pairs in a row
         best = float("inf")
         for _ in range(3):
             start = time.perf_counter()
@@ -282,6 +386,20 @@ def _sample_thresholds(
     return pair_rows, exact_similarities(q, g, rows[pair_rows], g_index)
 
 
+@dataclass(frozen=True)
+class SampleBand:
+    """What one arithmetic's blocks leave on the sample: band pairs, pairs needing their exact
+    reference, hits (negatives at or above their query's floor: sure ones and the band) and
+    negative pairs, and the band pairs of each sampled row and column."""
+
+    band: int
+    checked: int
+    hits: int
+    negatives: int
+    per_row: np.ndarray
+    per_col: np.ndarray
+
+
 def _sample_band(
     sets: EvaluationSets,
     q_s: UnitEmbeddings,
@@ -290,10 +408,9 @@ def _sample_band(
     cols: Tensor,
     thresholds: tuple[Tensor, Tensor],
     block: Block,
-) -> tuple[int, int, int, int]:
-    """(band pairs, pairs needing their exact reference, hits, negative pairs) of the sample
-    block rows × cols (`q_s` and `g_s` hold those rows), scanned and settled as `ranks` does;
-    hits are the negatives at or above their query's floor (sure ones and the band)."""
+) -> SampleBand:
+    """The `SampleBand` of the sample block rows × cols (`q_s` and `g_s` hold those rows),
+    scanned and settled as `ranks` does."""
     eps_in = shortlist_error(q_s, g_s)
     shortlist = block(q_s.query, g_s.gallery)
     readout = shortlist_readout(shortlist, thresholds[1], eps_in)
@@ -304,4 +421,33 @@ def _sample_band(
     band = scan_rows(tab, scores, 0)
     sure = int(tab.hist.sum())  # before settle adds the band's pairs to the histogram
     checked = settle(tab, q_s, g_s, torch.arange(rows.numel()), band, None)
-    return int(band[0].size), checked, sure + int(band[0].size), int((~same).sum())
+    return SampleBand(
+        int(band[0].size), checked, sure + int(band[0].size), int((~same).sum()),
+        np.bincount(band[0], minlength=rows.numel()), np.bincount(band[1], minlength=cols.numel()),
+    )  # fmt: skip
+
+
+def _refill_seconds(
+    cost: ScanCost, sample: SampleBand, n_q: int, n_g: int, same_set: bool, chunk: int
+) -> float:
+    """Seconds of the scans' filling passes: a unit whose band overflows its slots (a row with
+    more than `bands.ROW_CAP` band pairs; a tile of `_scan.TILE` columns by a chunk of rows
+    with more than `bands.TILE_CAP`) is scanned a second time, whole. Each sampled row and
+    column stands for its share of the evaluation at its own band density; a same_set row is
+    as wide as the panels it lies in (uniform over 0..N), a column read by half the rows.
+    On SOP int8 these passes took 0.57 s of the scans' 2.2 s (docs/benchmarks/evaluation.md).
+    """
+    per_band_hit = sample.hits / max(sample.band, 1)  # hits per band pair: the band's company
+    s_q, s_g = sample.per_row.size, sample.per_col.size
+    d_rows = sample.per_row / max(s_g, 1)  # band pairs per scanned pair, sampled row by row
+    unit_rows = cost.rows + d_rows * (per_band_hit * cost.rows_hit + cost.rows_band)
+    if not same_set:
+        over = d_rows * n_g > ROW_CAP
+        return float((unit_rows * n_g)[over].sum()) * n_q / max(s_q, 1)
+    widest = np.minimum(n_q, ROW_CAP / np.maximum(d_rows, 1e-12))  # wider rows overflow
+    rows_s = float((unit_rows * (n_q**2 - widest**2) / (2 * n_q)).sum()) * n_q / max(s_q, 1)
+    d_cols = sample.per_col / max(s_q, 1)
+    unit_cols = cost.cols + d_cols * (per_band_hit * cost.cols_hit + cost.cols_band)
+    over = d_cols * chunk * _scan.TILE > TILE_CAP
+    cols_s = float((unit_cols * n_q / 2)[over].sum()) * n_q / max(s_g, 1)
+    return rows_s + cols_s

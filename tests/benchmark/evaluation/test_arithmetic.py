@@ -160,7 +160,7 @@ def test_env_var_and_argument_override_auto(monkeypatch: pytest.MonkeyPatch) -> 
 def test_the_probe_runs_once_per_device_and_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
 
-    def fake_probe(names: list[str], device: torch.device) -> dict[str, float]:
+    def fake_probe(names: list[str], device: torch.device, dim: int) -> dict[str, float]:
         calls.extend(names)
         return dict.fromkeys(names, 1.0)
 
@@ -176,6 +176,8 @@ def test_the_probe_runs_once_per_device_and_thread_count(monkeypatch: pytest.Mon
     finally:
         torch.set_num_threads(threads)
     assert len(calls) == 4  # another thread count: products run at another speed
+    arithmetic.probe(CPU, 256)
+    assert len(calls) == 6  # another dimension: another efficiency
 
 
 def test_auto_is_left_to_the_data(monkeypatch: pytest.MonkeyPatch) -> None:

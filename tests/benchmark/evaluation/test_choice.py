@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from benchmark.evaluation import RetrievalEvaluator, arithmetic, choice
+from benchmark.evaluation import RetrievalEvaluator, _scan, arithmetic, choice
+from benchmark.evaluation.bands import ROW_CAP, TILE_CAP, scan_rows, threshold_tables
 from benchmark.evaluation.sets import evaluation_sets
 from benchmark.evaluation.similarity import prepare
 
@@ -67,12 +69,15 @@ def test_a_coarser_arithmetic_leaves_a_wider_band_and_collapsed_data_fills_int8s
     for name in ("float32", "bfloat16", "int8"):
         low = arithmetic.LOW_DTYPES[name]
         block = arithmetic.block(name, CPU)
-        band, checked, hits, negatives = choice._sample_band(
+        sample = choice._sample_band(
             sets, q_s.in_dtype(low), g_s.in_dtype(low), rows, cols, thresholds, block
         )
+        band, checked, hits, negatives = sample.band, sample.checked, sample.hits, sample.negatives
         assert checked <= band <= hits <= negatives and negatives == 300 * 600 - int(
             (labels[rows][:, None] == labels[cols][None, :]).sum()
         )
+        assert sample.per_row.shape == (300,) and sample.per_col.shape == (600,)
+        assert sample.per_row.sum() == sample.per_col.sum() == band
         bands[name] = band / negatives
     assert bands["float32"] < 0.01 < bands["bfloat16"] < bands["int8"]
     assert bands["int8"] > 0.5  # most negatives sit within int8's error of some positive
@@ -84,16 +89,17 @@ def test_estimates_scale_the_probe_and_the_sample_to_the_whole_evaluation(
     x = collapsed()
     sets, q, _ = prepared(x, torch.arange(x.shape[0]) // 6)
     monkeypatch.setattr(arithmetic, "native", lambda device: ["float32", "int8", "bfloat16"])
-    monkeypatch.setattr(arithmetic, "probe", lambda device: {
+    monkeypatch.setattr(arithmetic, "probe", lambda device, dim: {
         "float32": 4.0, "int8": 1.0, "bfloat16": float("inf")})  # fmt: skip
-    monkeypatch.setattr(choice, "scan_seconds", lambda device: {
-        "float32": choice.ScanCost(2e-9, 2e-9, 0.0, 0.0),
-        "int8": choice.ScanCost(1e-9, 1e-9, 0.0, 0.0)})  # fmt: skip
+    monkeypatch.setattr(choice, "scan_seconds", lambda device, width: {
+        "float32": choice.ScanCost(2e-9, 2e-9, 0.0, 0.0, 0.0, 0.0, 0.0),
+        "int8": choice.ScanCost(1e-9, 1e-9, 0.0, 0.0, 0.0, 0.0, 0.0)})  # fmt: skip
+    monkeypatch.setattr(choice, "_refill_seconds", lambda *args: 0.5)
     found = {e.arithmetic: e for e in choice.estimates(sets, q, q, CPU)}
     assert set(found) == {"float32", "int8"}  # a candidate that cannot run is not costed
     macs = 1200 * 1201 // 2 * 64
     assert found["float32"].product_s == pytest.approx(4.0 * macs / (1024 * 8192 * 512))
-    assert found["int8"].scan_s == pytest.approx(1e-9 * 1200 * 1199)
+    assert found["int8"].scan_s == pytest.approx(1e-9 * 1200 * 1199 + 0.5)
     assert found["int8"].recheck_s > 10 * found["float32"].recheck_s
 
 
@@ -108,10 +114,11 @@ def test_hits_are_the_negatives_above_each_querys_lowest_positive() -> None:
         sets, q, _ = prepared(x, labels)
         rows, cols = choice._spread(600, 200), choice._spread(600, 300)
         pair_rows, sims = choice._sample_thresholds(sets, q, q, rows)
-        _, _, hits, negatives = choice._sample_band(
+        sample = choice._sample_band(
             sets, q.subset(rows), q.subset(cols), rows, cols, (pair_rows, sims),
             arithmetic.block("float32", CPU),
         )  # fmt: skip
+        hits, negatives = sample.hits, sample.negatives
         unit = torch.nn.functional.normalize(x)
         sim = unit[rows] @ unit[cols].T
         lowest = torch.full((rows.numel(),), torch.inf).scatter_reduce(0, pair_rows, sims, "amin")
@@ -121,16 +128,72 @@ def test_hits_are_the_negatives_above_each_querys_lowest_positive() -> None:
         assert low <= hits / negatives <= high
 
 
-def test_scan_cost_weighs_hits_and_both_directions_of_a_same_set_panel() -> None:
-    cost = choice.ScanCost(rows=1.0, cols=3.0, rows_hit=10.0, cols_hit=30.0)
-    assert cost.seconds(100, 5, same_set=False) == 100 * 1.0 + 5 * 10.0
-    assert cost.seconds(100, 5, same_set=True) == (100 * 4.0 + 5 * 40.0) / 2
-    found = choice.scan_seconds(CPU)  # timed once per process
+def test_scan_cost_weighs_hits_band_and_both_directions_of_a_same_set_panel() -> None:
+    cost = choice.ScanCost(1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 0.0)
+    assert cost.seconds(100, 5, 2, same_set=False) == 100 * 1.0 + 5 * 10.0 + 2 * 100.0
+    assert cost.seconds(100, 5, 2, same_set=True) == (100 * 4.0 + 5 * 40.0 + 2 * 400.0) / 2
+    found = choice.scan_seconds(CPU, 3000)  # timed once per process and width bucket
     assert set(found) == set(arithmetic.native(CPU))
     for name, c in found.items():
         assert 0 < c.rows < 1e-6 and 0 < c.cols < 1e-6, name  # per pair: nanoseconds
-        assert c.rows_hit >= 0 and c.cols_hit >= 0
-    assert choice.scan_seconds(CPU) is found
+        assert c.rows_hit >= 0 and c.cols_hit >= 0 and c.rows_band >= 0 and c.cols_band >= 0
+        assert c.settle == found["float32"].settle > 0  # the same bookkeeping for all
+    assert choice.scan_seconds(CPU, 4000) is found  # both round up to the narrowest width
+
+
+def test_the_scan_probes_settings_give_a_pass_then_hits_then_a_band() -> None:
+    """On the probe block (float32 readout), thresholds above every score leave no hit; the
+    hit setting finds the probe's hits with no band; the band setting puts them in the band.
+    """
+    scores = choice._probe_scores(4096)
+    w = scores.shape[1]
+    share = float((scores > 0.3).float().mean())
+    assert abs(share - choice._HIT_SHARE) < 0.002 and float(scores[scores < 0.3].max()) < 0.25
+    items = torch.arange(w).repeat_interleave(3)
+    offsets = torch.tensor([-0.01, 0.0, 0.01]).repeat(w)
+    found = {}
+    for setting in (choice._PASS, choice._HITS, choice._BAND):
+        centre, eps = setting
+        tab = threshold_tables(items, centre + offsets, w, eps, torch.float32)
+        band = scan_rows(tab, scores, 0)
+        found[setting] = (int(tab.hist.sum()) + band[0].size, band[0].size)
+    hits = int((scores > 0.3).sum())
+    assert found[choice._PASS] == (0, 0)
+    assert found[choice._HITS] == (hits, 0)
+    band_hits, band = found[choice._BAND]  # all but the hits 3 σ below 0.5, in the band
+    assert 0.99 * hits < band <= band_hits <= hits
+
+
+def test_filling_passes_are_charged_to_the_units_that_overflow() -> None:
+    """query_gallery: a row over `bands.ROW_CAP` band pairs is scanned again, whole; same_set:
+    the closed form over the panels' widths equals a sum over every row position."""
+    cost = choice.ScanCost(1.0, 2.0, 10.0, 20.0, 100.0, 200.0, 0.0)
+    per_row = np.array([0, 50, 5])  # band pairs of 3 sampled rows over 100 sampled columns
+    per_col = np.zeros(100, dtype=np.int64)
+    per_col[:55] = 1  # 55 band pairs over 3 sampled rows
+    sample = choice.SampleBand(55, 0, 110, 300, per_row, per_col)  # two hits per band pair
+    unit = 1.0 + 0.5 * (2 * 10.0 + 100.0)  # per pair of the 0.5-dense row, refilled
+    got = choice._refill_seconds(cost, sample, 30, 4096, same_set=False, chunk=30)
+    assert got == pytest.approx(unit * 4096 * 30 / 3)  # only that row: 2,048 > ROW_CAP pairs
+    n = 6000
+    got = choice._refill_seconds(cost, sample, n, n, same_set=True, chunk=1024)
+    d = per_row / 100
+    by_width = sum(  # every row position s: its panels' width n - s, refilled if over the cap
+        float((1.0 + d_i * (2 * 10.0 + 100.0)) * (n - s))
+        for d_i in d for s in range(n) if d_i * (n - s) > ROW_CAP
+    ) / 3  # fmt: skip
+    d_c = per_col / 3
+    tiles = d_c * 1024 * _scan.TILE > TILE_CAP
+    by_column = float(((2.0 + d_c * (2 * 20.0 + 200.0)) * n / 2)[tiles].sum()) * n / 100
+    assert got == pytest.approx(by_width + by_column, rel=1e-3)
+
+
+def test_the_recheck_is_timed_per_power_of_two_of_its_reuse() -> None:
+    q = prepare(torch.randn(300, 24), "q", low_dtype=torch.float32, device=CPU, chunk=64)
+    for reuse, level in ((0.2, 1), (3.0, 4), (5000.0, choice._MAX_REUSE)):
+        seconds = choice._per_pair("look", choice.raw_similarities, q, q, CPU, reuse)
+        key = ("cpu", None, torch.get_num_threads(), 24, "look", level)
+        assert choice._RECHECKS[key] == seconds > 0
 
 
 def test_a_small_evaluation_takes_float32_without_measuring(
@@ -157,9 +220,9 @@ def test_auto_runs_the_cheapest_estimate_with_the_metrics_of_every_arithmetic(
     monkeypatch.delenv(arithmetic.ENV_VAR, raising=False)
     # Products and scans all but free: what decides is the re-check each band costs.
     names = arithmetic.native(CPU)
-    monkeypatch.setattr(arithmetic, "probe", lambda device: dict.fromkeys(names, 1e-6))
-    free = choice.ScanCost(1e-12, 1e-12, 1e-12, 1e-12)
-    monkeypatch.setattr(choice, "scan_seconds", lambda device: dict.fromkeys(names, free))
+    monkeypatch.setattr(arithmetic, "probe", lambda device, dim: dict.fromkeys(names, 1e-6))
+    free = choice.ScanCost(*[1e-12] * 7)
+    monkeypatch.setattr(choice, "scan_seconds", lambda device, width: dict.fromkeys(names, free))
     ev = RetrievalEvaluator("same_set", (1, 4), METRICS, device="cpu")
     got = ev.evaluate(x, labels)
     estimates = {e.arithmetic: e for e in ev.last_estimates}

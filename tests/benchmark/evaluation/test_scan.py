@@ -142,8 +142,8 @@ def test_wide_blocks_and_overflowing_band_slots_stay_exact(
     expected_qg = metrics_from_positions(qg, ks)
     for cap in (None, 1):
         if cap:
-            monkeypatch.setattr(_bands, "_ROW_CAP", cap)
-            monkeypatch.setattr(_bands, "_TILE_CAP", cap)
+            monkeypatch.setattr(_bands, "ROW_CAP", cap)
+            monkeypatch.setattr(_bands, "TILE_CAP", cap)
         ev = evaluator("same_set", ks, path=path, chunk_size=96)
         assert ev.evaluate(emb, labels) == pytest.approx(expected_same, abs=1e-12)
         ev = evaluator("query_gallery", ks, path=path, chunk_size=64)
