@@ -99,8 +99,36 @@ def test_estimates_scale_the_probe_and_the_sample_to_the_whole_evaluation(
     assert set(found) == {"float32", "int8"}  # a candidate that cannot run is not costed
     macs = 1200 * 1201 // 2 * 64
     assert found["float32"].product_s == pytest.approx(4.0 * macs / (1024 * 8192 * 512))
-    assert found["int8"].scan_s == pytest.approx(1e-9 * 1200 * 1199 + 0.5)
-    assert found["int8"].recheck_s > 10 * found["float32"].recheck_s
+    assert found["float32"].scan_s == pytest.approx(2e-9 * 1200 * 1199 + 0.5)
+    # int8's band holds most pairs of every chunk: float32 recounts them all, after int8's
+    # product, and int8 scans and re-checks nothing.
+    assert found["int8"].band_fraction > 0.5
+    assert found["int8"].recount_s == pytest.approx(found["float32"].total_s)
+    assert found["int8"].scan_s == pytest.approx(0.5) and found["int8"].recheck_s == 0
+    assert found["int8"].product_s == pytest.approx(macs / (1024 * 8192 * 512))
+
+
+def test_chunks_whose_band_overflows_are_costed_as_float32s() -> None:
+    """A chunk (runs of `chunk` queries in label order) is recounted when its sampled rows'
+    mean band share exceeds FALLBACK_SHARE; its rows leave the sample, their pairs' share goes
+    to float32 (same_set: weighted by the width of their panels)."""
+    labels = torch.tensor([3, 0, 2, 1, 0, 3, 1, 2])  # label order: items 1 4 3 6 2 7 0 5
+    sets = evaluation_sets("same_set", torch.randn(8, 4), labels)
+    rows = torch.tensor([0, 1, 2, 3])  # label ranks 6, 0, 4, 2: chunks of two: 3, 0, 2, 1
+    per_row = np.array([0, 90, 1, 2])  # over 1000 sampled columns: only chunk 0 overflows
+    sample = choice.SampleBand(93, 9, 193, 4000, per_row, np.full(1000, 93) // 1000)
+    over, weight = choice._recounted(sets, rows, sample, chunk=2)
+    assert over.tolist() == [False, True, False, False]
+    assert weight.tolist() == [8 - 6, 8 - 0, 8 - 4, 8 - 2]  # the width of each row's panel
+    kept, share = choice._kept(sample, over, weight)
+    assert (
+        share == pytest.approx(8 / 20) and kept.band == 3 and kept.per_row.tolist() == [0, 0, 1, 2]
+    )
+    assert kept.hits == round((193 - 93) * (1 - 8 / 20)) + 3 and kept.checked == round(9 * 3 / 93)
+    query_gallery = evaluation_sets("query_gallery", torch.randn(8, 4), labels, torch.randn(8, 4),
+                                    labels)  # fmt: skip
+    _, weight = choice._recounted(query_gallery, rows, sample, chunk=2)
+    assert weight.tolist() == [1.0] * 4  # every query against the whole gallery
 
 
 def test_hits_are_the_negatives_above_each_querys_lowest_positive() -> None:
