@@ -180,7 +180,7 @@ def estimates(
     cols = _spread(n_g, SAMPLE_GALLERY)
     thresholds = _sample_thresholds(sets, q, g, rows)
     q_s, g_s = q.subset(rows), g.subset(cols)  # the sample's rows, gathered once
-    chunk = min(n_q, _CHUNK_ROWS)
+    chunk = min(n_q, q.chunk)  # the evaluator's chunk_size
     out: list[Estimate] = []
     for name in _arithmetic.native(device):
         if not np.isfinite(probe[name]):
@@ -193,7 +193,7 @@ def estimates(
         whole, negatives = sample, sample.negatives
         share = 0.0  # of the pairs, in chunks recounted in float32 (coarser arithmetics only)
         if name != "float32" and out and out[0].arithmetic == "float32":
-            sample, share = _kept(sample, *_recounted(sets, rows, sample, q.chunk))
+            sample, share = _kept(sample, *_recounted(sets, rows, sample, chunk))
         band, checked, hits = sample.band, sample.checked, sample.hits
         scale = ordered / max(negatives, 1)
         # Pairs per gallery row that one chunk's band reads: the more, the more of each read
@@ -270,12 +270,9 @@ def scan_seconds(device: torch.device, width: int) -> dict[str, ScanCost]:
     key = (device.type, device.index, torch.get_num_threads(), width)
     if key not in _SCANS:
         tile = _probe_scores(min(width, _SCAN_TILE))
-        settle_s = None
-        found = {}
-        for name in _arithmetic.native(device):
-            found[name], band_s = _scan_cost(tile, width, name, device)
-            settle_s = band_s if settle_s is None else settle_s
-        _SCANS[key] = {n: replace(c, settle=settle_s or 0.0) for n, c in found.items()}
+        found = {name: _scan_cost(tile, width, name, device) for name in _arithmetic.native(device)}
+        settle_s = found["float32"][1] or 0.0  # float32 is native everywhere
+        _SCANS[key] = {name: replace(cost, settle=settle_s) for name, (cost, _) in found.items()}
     return _SCANS[key]
 
 
