@@ -70,8 +70,44 @@ class _Gram(torch.autograd.Function):
         grad_x_hat = (grad + grad.T) @ x_hat  # [B, D]
         if norm is None:
             return grad_x_hat, None
-        radial = torch.where(norm > _NORM_EPS, (grad_x_hat * x_hat).sum(1, keepdim=True), 0.0)
-        return (grad_x_hat - x_hat * radial) / norm.clamp_min(_NORM_EPS), None
+        return _unnormalized_grad(grad_x_hat, x_hat, norm), None
+
+
+class _Cosine(torch.autograd.Function):
+    """x̂ ŵᵀ [B, C] for the rows x̂ = x / ‖x‖ and ŵ = w / ‖w‖, with a hand-written backward.
+
+    The forward is F.normalize's, bit for bit. Autograd's backward of F.normalize runs a chain of
+    full-size ops on the proxies [C, D] (the division's gradient with respect to the expanded
+    norm, the norm's own): 1.5 ms of a 10 ms CosFace step at C = 400, D = 1,280 on one core.
+    Here each side's gradient is one matmul and one projection onto the sphere's tangent space.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, w: Tensor) -> Tensor:  # type: ignore[override]
+        x_norm, w_norm = x.norm(dim=1, keepdim=True), w.norm(dim=1, keepdim=True)  # [B|C, 1]
+        x_hat, w_hat = x / x_norm.clamp_min(_NORM_EPS), w / w_norm.clamp_min(_NORM_EPS)
+        ctx.save_for_backward(x_hat, x_norm, w_hat, w_norm)
+        return x_hat @ w_hat.T
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:  # type: ignore[override]
+        x_hat, x_norm, w_hat, w_norm = ctx.saved_tensors
+        grad_x = grad_w = None
+        if ctx.needs_input_grad[0]:
+            grad_x = _unnormalized_grad(grad @ w_hat, x_hat, x_norm)  # [B, D]
+        if ctx.needs_input_grad[1]:
+            grad_w = _unnormalized_grad(grad.T @ x_hat, w_hat, w_norm)  # [C, D]
+        return grad_x, grad_w
+
+
+def _unnormalized_grad(grad_hat: Tensor, hat: Tensor, norm: Tensor) -> Tensor:
+    """The gradient with respect to x of a function of x̂ = x / ‖x‖, given its gradient at x̂.
+
+    (G - x̂ ⟨G, x̂⟩) / ‖x‖, the projection onto the sphere's tangent space; below F.normalize's
+    eps the norm is a constant, so there is no projection.
+    """
+    radial = torch.where(norm > _NORM_EPS, (grad_hat * hat).sum(1, keepdim=True), 0.0)
+    return (grad_hat - hat * radial) / norm.clamp_min(_NORM_EPS)
 
 
 class SimilaritySource(nn.Module, ABC):
@@ -135,9 +171,7 @@ class ClassProxies(SimilaritySource):
         check_class_ids(labels, self.num_classes, type(self).__name__)
         with torch.autocast(embeddings.device.type, enabled=False):
             dtype = compute_dtype(embeddings)
-            x = F.normalize(embeddings.to(dtype), dim=1)
-            w = F.normalize(self.proxies.to(dtype), dim=1)
-            sim = x @ w.T  # [B, C]
+            sim = _Cosine.apply(embeddings.to(dtype), self.proxies.to(dtype))  # [B, C]
         pos_mask = F.one_hot(labels, self.num_classes).bool()  # [B, C]
         return sim, pos_mask, ~pos_mask
 

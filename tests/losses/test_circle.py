@@ -6,11 +6,12 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from losses import BatchPairs, CircleLoss, ClassProxies
 from losses.circle import _CircleLossFunction, circle_loss, circle_weights
-from losses.similarity import _Gram
+from losses.similarity import _Cosine, _Gram
 
 
 def eq6_by_loops(sim: Tensor, pos: Tensor, neg: Tensor, m: float, gamma: float) -> Tensor:
@@ -67,6 +68,26 @@ def test_gram_of_a_zero_embedding_matches_f_normalize() -> None:
     x_hat = torch.nn.functional.normalize(ref, dim=1)
     ((x_hat @ x_hat.T) * weights).sum().backward()
     torch.testing.assert_close(x.grad, ref.grad)
+
+
+def test_cosine_to_proxies_passes_gradcheck(pk_batch) -> None:
+    x = pk_batch(p=2, k=2, dim=3, dtype=torch.float64)[0].requires_grad_()
+    w = torch.randn(5, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    torch.autograd.gradcheck(_Cosine.apply, (x, w.requires_grad_()))
+
+
+def test_cosine_to_proxies_is_f_normalize_bit_for_bit_and_its_gradient_at_zero_rows() -> None:
+    x = torch.tensor([[0.0, 0.0], [3.0, 4.0], [1.0, -2.0]], requires_grad=True)
+    w = torch.tensor([[1.0, 2.0], [0.0, 0.0], [-3.0, 0.5], [2.0, 2.0]], requires_grad=True)
+    ref_x, ref_w = (t.detach().clone().requires_grad_() for t in (x, w))
+    weights = torch.arange(12.0).reshape(3, 4)
+    sim = _Cosine.apply(x, w)
+    ref = F.normalize(ref_x, dim=1) @ F.normalize(ref_w, dim=1).T
+    assert torch.equal(sim, ref)  # the loss values do not move
+    (sim * weights).sum().backward()
+    (ref * weights).sum().backward()
+    torch.testing.assert_close(x.grad, ref_x.grad)
+    torch.testing.assert_close(w.grad, ref_w.grad)
 
 
 def test_closed_form_gradient_equals_autograd_with_detached_weights(pk_batch) -> None:
