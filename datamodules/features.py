@@ -46,7 +46,9 @@ from datamodules.feature_views import (
     FeatureDataset,
     SeededView,
     ViewBatchSampler,
+    WholeBatches,
     extract_features,
+    whole_batch,
 )
 from samplers import PKSampler
 
@@ -165,7 +167,7 @@ class CachedFeatureDataModule(RetrievalDataModule):
         views = ViewBatchSampler(
             batches, views=dataset.views, num_items=len(dataset.split), seed=self.seed
         )
-        return DataLoader(dataset, batch_sampler=views)
+        return DataLoader(WholeBatches(dataset), batch_sampler=views, collate_fn=whole_batch)
 
     def _build(self, part: str) -> None:
         train, val, test = self.splits()

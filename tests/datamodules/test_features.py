@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch import Tensor, nn
+from torch.utils.data import default_collate
 
 from benchmark.evaluation.precision import ieee_float32
 from benchmark.training.embedders import BackboneFeatures
@@ -215,6 +216,18 @@ def test_each_epoch_shows_one_view_per_sample_drawn_from_seed_epoch_and_index() 
     assert len(sampler) == len(pk)
     assert not torch.equal(seen[0], seen[1]) and set(torch.cat(seen).tolist()) == {0, 1, 2}
     assert not torch.equal(epoch_views(5, 0, 12, 3), seen[0])
+
+
+def test_training_batches_are_the_default_collation_of_their_items(tmp_path: Path) -> None:
+    root = _layouts.write_cub(tmp_path / "cub")
+    loader = features(cub(root), tmp_path, views=2).train_dataloader()
+    items = loader.dataset.items  # the FeatureDataset, read an item at a time
+    assert items.views == 2
+    for indices, batch in zip(loader.batch_sampler, loader, strict=True):
+        expected = default_collate([items[i] for i in indices])
+        assert all(
+            torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(batch, expected, strict=True)
+        )
 
 
 @pytest.mark.parametrize("mode", ["fine_grained", "reid"])
