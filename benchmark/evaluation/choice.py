@@ -181,6 +181,7 @@ def estimates(
     thresholds = _sample_thresholds(sets, q, g, rows)
     q_s, g_s = q.subset(rows), g.subset(cols)  # the sample's rows, gathered once
     chunk = min(n_q, q.chunk)  # the evaluator's chunk_size
+    units = _query_chunks(sets, rows, chunk)
     out: list[Estimate] = []
     for name in _arithmetic.native(device):
         if not np.isfinite(probe[name]):
@@ -193,7 +194,8 @@ def estimates(
         whole, negatives = sample, sample.negatives
         share = 0.0  # of the pairs, in chunks recounted in float32 (coarser arithmetics only)
         if name != "float32" and out and out[0].arithmetic == "float32":
-            sample, share = _kept(sample, *_recounted(sets, rows, sample, chunk))
+            sample, share = _kept(sample, *_recounted(sets, units, sample, chunk))
+        tiles = _column_tiles(whole, units, chunk, share) if sets.same_set else None
         band, checked, hits = sample.band, sample.checked, sample.hits
         scale = ordered / max(negatives, 1)
         # Pairs per gallery row that one chunk's band reads: the more, the more of each read
@@ -210,7 +212,7 @@ def estimates(
                 name,
                 product_s=probe[name] / _arithmetic.PROBE_MACS * macs,
                 scan_s=cost.seconds(kept, hits * scale, band * scale, sets.same_set)
-                + _refill_seconds(cost, sample, n_q, n_g, sets.same_set, chunk),
+                + _refill_seconds(cost, sample, n_q, n_g, chunk, tiles),
                 recheck_s=(looked * look + checked * exact + band * cost.settle) * scale,
                 band_fraction=whole.band_fraction,
                 hit_fraction=whole.hits_fraction,
@@ -220,24 +222,33 @@ def estimates(
     return out
 
 
-def _recounted(
-    sets: EvaluationSets, rows: Tensor, sample: SampleBand, chunk: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """(which sampled rows lie in a chunk, or same_set panel, that `ranks` will recount in
-    float32 because its band holds more than `ranks.FALLBACK_SHARE` of its pairs; each sampled
-    row's pairs, relative). A chunk's band share is taken as its sampled rows' mean, chunks
-    being runs of `chunk` queries in label order. On MSMT17 int8's band holds 4.5 % of the
-    pairs on average and 3 of its 12 chunks were recounted, doubling their products."""
+def _query_chunks(sets: EvaluationSets, rows: Tensor, chunk: int) -> np.ndarray:
+    """The chunk of each sampled row: chunks are runs of `chunk` queries in label order, as
+    `ranks` counts them (same_set panels too)."""
     order = torch.argsort(sets.query_labels, stable=True)
     rank = torch.empty_like(order)
     rank[order] = torch.arange(order.numel())
-    unit = (rank[rows] // chunk).numpy()
+    return (rank[rows] // chunk).numpy()
+
+
+def _chunk_means(units: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each sampled row's chunk mean of `values` (over the sampled rows of its chunk)."""
+    n = int(units.max()) + 1 if units.size else 0
+    return (np.bincount(units, values, n) / np.maximum(np.bincount(units, None, n), 1))[units]
+
+
+def _recounted(
+    sets: EvaluationSets, units: np.ndarray, sample: SampleBand, chunk: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(which sampled rows lie in a chunk, or same_set panel, that `ranks` will recount in
+    float32 because its band holds more than `ranks.FALLBACK_SHARE` of its pairs; each sampled
+    row's pairs, relative). A chunk's band share is taken as its sampled rows' mean (`units`:
+    their chunks). On MSMT17 int8's band holds 4.5 % of the pairs on average and 3 of its 12
+    chunks were recounted, doubling their products."""
     density = sample.per_row / max(sample.per_col.size, 1)
-    n_units = int(unit.max()) + 1 if unit.size else 0
-    mean = np.bincount(unit, density, n_units) / np.maximum(np.bincount(unit, None, n_units), 1)
-    n = order.numel()
-    weight = (n - unit * chunk).astype(np.float64) if sets.same_set else np.ones(unit.size)
-    return mean[unit] > FALLBACK_SHARE, weight
+    n = sets.query_labels.numel()
+    weight = (n - units * chunk).astype(np.float64) if sets.same_set else np.ones(units.size)
+    return _chunk_means(units, density) > FALLBACK_SHARE, weight
 
 
 def _kept(sample: SampleBand, over: np.ndarray, weight: np.ndarray) -> tuple[SampleBand, float]:
@@ -476,27 +487,47 @@ def _sample_band(
     )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class ColumnTiles:
+    """same_set's column passes as the sample sees them. Panel p scans the later queries in
+    tiles of `_scan.TILE` of them (columns) by its chunk of gallery rows, so each sampled row,
+    as one of those queries, has the band density of its tile (`density`) and is read by the
+    rows of the panels before its chunk (`rows`)."""
+
+    density: np.ndarray
+    rows: np.ndarray
+
+
+def _column_tiles(whole: SampleBand, units: np.ndarray, chunk: int, share: float) -> ColumnTiles:
+    """A tile averages the band densities of its queries, a run in label order, so it is taken
+    at their chunk's mean: on `duplicates`, int8's rows range from 0.2 % to 6.5 % (10th to 90th
+    percentile) and its tiles from 1.4 % to 4.3 %, 71 % of them over `TILE_CAP` (judged by single
+    sampled columns, 18 % were). Rows that float32 recounts still count: later panels scan them
+    as columns; the recounted panels' own column passes (`share` of the pairs) are float32's."""
+    density = _chunk_means(units, whole.per_row / max(whole.per_col.size, 1))
+    return ColumnTiles(density, units * chunk * (1.0 - share))
+
+
 def _refill_seconds(
-    cost: ScanCost, sample: SampleBand, n_q: int, n_g: int, same_set: bool, chunk: int
+    cost: ScanCost, sample: SampleBand, n_q: int, n_g: int, chunk: int, tiles: ColumnTiles | None
 ) -> float:
     """Seconds of the scans' filling passes: a unit whose band overflows its slots (a row with
-    more than `bands.ROW_CAP` band pairs; a tile of `_scan.TILE` columns by a chunk of rows
-    with more than `bands.TILE_CAP`) is scanned a second time, whole. Each sampled row and
-    column stands for its share of the evaluation at its own band density; a same_set row is
-    as wide as the panels it lies in (uniform over 0..N), a column read by half the rows.
+    more than `bands.ROW_CAP` band pairs; a column tile with more than `bands.TILE_CAP`) is
+    scanned a second time, whole. Each sampled row stands for its share of the queries at its
+    own band density; a same_set row is as wide as the panels it lies in (uniform over 0..N),
+    and its column tiles are `tiles` (None: query_gallery, which has no column pass).
     On SOP int8 these passes took 0.57 s of the scans' 2.2 s (docs/benchmarks/evaluation.md).
     """
     per_band_hit = sample.hits / max(sample.band, 1)  # hits per band pair: the band's company
     s_q, s_g = sample.per_row.size, sample.per_col.size
     d_rows = sample.per_row / max(s_g, 1)  # band pairs per scanned pair, sampled row by row
     unit_rows = cost.rows + d_rows * (per_band_hit * cost.rows_hit + cost.rows_band)
-    if not same_set:
+    if tiles is None:
         over = d_rows * n_g > ROW_CAP
         return float((unit_rows * n_g)[over].sum()) * n_q / max(s_q, 1)
     widest = np.minimum(n_q, ROW_CAP / np.maximum(d_rows, 1e-12))  # wider rows overflow
     rows_s = float((unit_rows * (n_q**2 - widest**2) / (2 * n_q)).sum()) * n_q / max(s_q, 1)
-    d_cols = sample.per_col / max(s_q, 1)
-    unit_cols = cost.cols + d_cols * (per_band_hit * cost.cols_hit + cost.cols_band)
-    over = d_cols * chunk * _scan.TILE > TILE_CAP
-    cols_s = float((unit_cols * n_q / 2)[over].sum()) * n_q / max(s_g, 1)
+    unit_cols = cost.cols + tiles.density * (per_band_hit * cost.cols_hit + cost.cols_band)
+    over = tiles.density * chunk * _scan.TILE > TILE_CAP
+    cols_s = float((unit_cols * tiles.rows)[over].sum()) * n_q / max(s_q, 1)
     return rows_s + cols_s

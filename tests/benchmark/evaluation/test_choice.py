@@ -117,7 +117,9 @@ def test_chunks_whose_band_overflows_are_costed_as_float32s() -> None:
     rows = torch.tensor([0, 1, 2, 3])  # label ranks 6, 0, 4, 2: chunks of two: 3, 0, 2, 1
     per_row = np.array([0, 90, 1, 2])  # over 1000 sampled columns: only chunk 0 overflows
     sample = choice.SampleBand(93, 9, 193, 4000, per_row, np.full(1000, 93) // 1000)
-    over, weight = choice._recounted(sets, rows, sample, chunk=2)
+    units = choice._query_chunks(sets, rows, chunk=2)
+    assert units.tolist() == [3, 0, 2, 1]
+    over, weight = choice._recounted(sets, units, sample, chunk=2)
     assert over.tolist() == [False, True, False, False]
     assert weight.tolist() == [8 - 6, 8 - 0, 8 - 4, 8 - 2]  # the width of each row's panel
     kept, share = choice._kept(sample, over, weight)
@@ -127,7 +129,7 @@ def test_chunks_whose_band_overflows_are_costed_as_float32s() -> None:
     assert kept.hits == round((193 - 93) * (1 - 8 / 20)) + 3 and kept.checked == round(9 * 3 / 93)
     query_gallery = evaluation_sets("query_gallery", torch.randn(8, 4), labels, torch.randn(8, 4),
                                     labels)  # fmt: skip
-    _, weight = choice._recounted(query_gallery, rows, sample, chunk=2)
+    _, weight = choice._recounted(query_gallery, units, sample, chunk=2)
     assert weight.tolist() == [1.0] * 4  # every query against the whole gallery
 
 
@@ -201,19 +203,29 @@ def test_filling_passes_are_charged_to_the_units_that_overflow() -> None:
     per_col[:55] = 1  # 55 band pairs over 3 sampled rows
     sample = choice.SampleBand(55, 0, 110, 300, per_row, per_col)  # two hits per band pair
     unit = 1.0 + 0.5 * (2 * 10.0 + 100.0)  # per pair of the 0.5-dense row, refilled
-    got = choice._refill_seconds(cost, sample, 30, 4096, same_set=False, chunk=30)
+    got = choice._refill_seconds(cost, sample, 30, 4096, chunk=30, tiles=None)
     assert got == pytest.approx(unit * 4096 * 30 / 3)  # only that row: 2,048 > ROW_CAP pairs
     n = 6000
-    got = choice._refill_seconds(cost, sample, n, n, same_set=True, chunk=1024)
+    tiles = choice.ColumnTiles(np.array([0.001, 0.02, 0.02]), np.array([0.0, 2048.0, 3072.0]))
+    got = choice._refill_seconds(cost, sample, n, n, chunk=1024, tiles=tiles)
     d = per_row / 100
     by_width = sum(  # every row position s: its panels' width n - s, refilled if over the cap
         float((1.0 + d_i * (2 * 10.0 + 100.0)) * (n - s))
         for d_i in d for s in range(n) if d_i * (n - s) > ROW_CAP
     ) / 3  # fmt: skip
-    d_c = per_col / 3
-    tiles = d_c * 1024 * _scan.TILE > TILE_CAP
-    by_column = float(((2.0 + d_c * (2 * 20.0 + 200.0)) * n / 2)[tiles].sum()) * n / 100
+    assert 0.001 * 1024 * _scan.TILE < TILE_CAP < 0.02 * 1024 * _scan.TILE  # rows 1, 2 overflow
+    by_column = sum((2.0 + 0.02 * (2 * 20.0 + 200.0)) * rows for rows in (2048, 3072)) * n / 3
     assert got == pytest.approx(by_width + by_column, rel=1e-3)
+
+
+def test_a_column_tile_is_judged_at_its_chunks_mean_query_density() -> None:
+    """Rows of one chunk share their tiles' density (the mean of theirs, recounted rows too),
+    and each is read by the gallery rows of the panels before its chunk, less float32's share."""
+    per_row = np.array([10, 30, 0, 4])  # over 100 sampled columns
+    whole = choice.SampleBand(44, 0, 88, 400, per_row, np.zeros(100, dtype=np.int64))
+    tiles = choice._column_tiles(whole, np.array([1, 1, 0, 2]), chunk=8, share=0.25)
+    np.testing.assert_allclose(tiles.density, [0.2, 0.2, 0.0, 0.04])
+    np.testing.assert_allclose(tiles.rows, [6.0, 6.0, 0.0, 12.0])
 
 
 def test_the_recheck_is_timed_per_power_of_two_of_its_reuse() -> None:
