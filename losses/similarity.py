@@ -78,7 +78,8 @@ class _Cosine(torch.autograd.Function):
 
     The forward is F.normalize's, bit for bit. Autograd's backward of F.normalize runs a chain of
     full-size ops on the proxies [C, D] (the division's gradient with respect to the expanded
-    norm, the norm's own): 1.5 ms of a 10 ms CosFace step at C = 400, D = 1,280 on one core.
+    norm, the norm's own): about 1.5 ms of a 10-12 ms CosFace step at C = 400, D = 1,280 on
+    one core.
     Here each side's gradient is one matmul and one projection onto the sphere's tangent space.
     """
 
