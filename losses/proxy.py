@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from losses.base import MetricLoss
 from losses.similarity import (
     ClassProxies,
+    LazyStats,
     Paradigm,
     check_class_count,
     check_class_ids,
@@ -78,11 +79,17 @@ class SoftmaxLoss(MetricLoss):
             weight = self.classifier.weight.to(x.dtype)
             logits = F.linear(x, weight, self.classifier.bias.to(x.dtype))  # [B, C]
             loss = F.cross_entropy(logits, labels)
-            with torch.no_grad():
-                sim = F.normalize(x, dim=1) @ F.normalize(weight, dim=1).T
-        pos_mask = F.one_hot(labels, self.num_classes).bool()
-        every_anchor = torch.ones_like(labels, dtype=torch.bool)  # cross-entropy is never 0
-        self.last_stats = pair_stats(sim, pos_mask, ~pos_mask, every_anchor)
+        # Cosines to the classifier's rows as they are now: the optimiser changes them in place.
+        x, weight = x.detach(), weight.detach().clone()
+
+        @torch.no_grad()
+        def stats() -> dict[str, Tensor]:
+            sim = F.normalize(x, dim=1) @ F.normalize(weight, dim=1).T
+            pos_mask = F.one_hot(labels, self.num_classes).bool()
+            every_anchor = torch.ones_like(labels, dtype=torch.bool)  # cross-entropy is never 0
+            return pair_stats(sim, pos_mask, ~pos_mask, every_anchor)
+
+        self.last_stats = LazyStats(stats)
         return loss
 
 

@@ -151,6 +151,15 @@ def test_non_finite_embeddings_are_an_error_that_counts_them(name: str, pk_batch
 
 
 @pytest.mark.parametrize("name", list(FACTORIES))
+def test_finite_embeddings_whose_sum_overflows_pass_the_check(name: str, pk_batch) -> None:
+    # The check sums the batch first; an overflowing sum must fall to the exact test, not raise.
+    embeddings, labels = pk_batch(p=C, k=3, dim=D)
+    embeddings[0, 0] = embeddings[1, 0] = 3e38
+    assert not torch.isfinite(embeddings.sum())
+    FACTORIES[name]().check_batch(embeddings, labels)
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
 def test_empty_batch_is_an_error(name: str) -> None:
     with pytest.raises(ValueError, match=f"^{owner(name)}: empty batch"):
         FACTORIES[name]()(torch.empty(0, D), torch.empty(0, dtype=torch.long))

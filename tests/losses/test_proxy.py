@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from losses import AMSoftmaxLoss, ArcFaceLoss, ClassProxies, CosFaceLoss, NormFaceLoss, SoftmaxLoss
+from losses.similarity import LazyStats
 
 
 def test_softmax_loss_is_linear_classifier_cross_entropy(pk_batch) -> None:
@@ -44,6 +45,36 @@ def test_softmax_loss_draws_only_its_classifier_from_the_rng() -> None:
     torch.manual_seed(0)
     reference = torch.nn.Linear(8, 4)
     torch.testing.assert_close(loss.classifier.weight, reference.weight)
+
+
+def test_softmax_stats_are_the_cosines_to_the_classifier_at_the_forward() -> None:
+    # They are computed at their first read (LazyStats), here after an optimiser step that
+    # changes the classifier in place: they must still describe the forward's weights.
+    torch.manual_seed(0)
+    loss = SoftmaxLoss(4, 8)
+    x, labels = torch.randn(6, 8, requires_grad=True), torch.tensor([0, 1, 2, 3, 0, 1])
+    weight = loss.classifier.weight.detach().clone()
+    loss(x, labels).backward()
+    torch.optim.SGD(loss.parameters(), lr=1.0).step()
+    assert not torch.equal(weight, loss.classifier.weight)
+    sim = F.normalize(x.detach(), dim=1) @ F.normalize(weight, dim=1).T
+    pos = F.one_hot(labels, 4).bool()
+    torch.testing.assert_close(loss.last_stats["sp_mean"], sim[pos].mean())
+    torch.testing.assert_close(loss.last_stats["sn_mean"], sim[~pos].mean())
+    assert loss.last_stats["active_fraction"] == 1
+
+
+def test_lazy_stats_compute_once_and_only_when_read() -> None:
+    calls = []
+
+    def compute() -> dict[str, torch.Tensor]:
+        calls.append(1)
+        return {"sp_mean": torch.tensor(0.5)}
+
+    stats = LazyStats(compute)
+    assert calls == []
+    assert dict(stats) == {"sp_mean": torch.tensor(0.5)} and len(stats) == 1
+    assert stats["sp_mean"] == 0.5 and calls == [1]
 
 
 def test_cosface_subtracts_m_in_the_dtype_of_the_similarities() -> None:
