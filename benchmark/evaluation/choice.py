@@ -232,9 +232,26 @@ def _query_chunks(sets: EvaluationSets, rows: Tensor, chunk: int) -> np.ndarray:
 
 
 def _chunk_means(units: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Each sampled row's chunk mean of `values` (over the sampled rows of its chunk)."""
+    """Each sampled row's estimate of its chunk's mean of `values`: the mean of the chunk's
+    sampled rows, drawn toward the mean of all of them as far as the sample cannot tell the
+    chunks apart (empirical Bayes: the spread of the chunk means against the variance of a mean
+    of that many rows, estimated within the chunks). A same_set evaluation of SOP's size has
+    ~4 sampled rows a chunk: on `duplicates`, whose rows' int8 band densities range from 0.2 %
+    to 6.5 %, their plain means put 9 of 59 chunks over `FALLBACK_SHARE`; no chunk's whole band
+    was (1.7-3.6 %). With one sampled row per chunk nothing is drawn: there is no telling."""
     n = int(units.max()) + 1 if units.size else 0
-    return (np.bincount(units, values, n) / np.maximum(np.bincount(units, None, n), 1))[units]
+    count, total = np.bincount(units, None, n), np.bincount(units, values, n)
+    mean = total / np.maximum(count, 1)
+    seen = count > 0
+    spare = units.size - int(seen.sum())  # rows beyond one a chunk: the within-chunk evidence
+    if spare == 0 or seen.sum() < 2:
+        return mean[units]
+    within = float(((values - mean[units]) ** 2).sum()) / spare
+    noise = within / np.maximum(count, 1)  # the variance of each chunk's sampled mean
+    grand = float(values.mean())
+    spread = max(0.0, float(((mean[seen] - grand) ** 2).mean() - noise[seen].mean()))
+    trust = np.divide(spread, spread + noise, out=np.ones(n), where=spread + noise > 0)
+    return (grand + trust * (mean - grand))[units]
 
 
 def _recounted(

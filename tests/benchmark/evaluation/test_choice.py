@@ -221,11 +221,31 @@ def test_filling_passes_are_charged_to_the_units_that_overflow() -> None:
 def test_a_column_tile_is_judged_at_its_chunks_mean_query_density() -> None:
     """Rows of one chunk share their tiles' density (the mean of theirs, recounted rows too),
     and each is read by the gallery rows of the panels before its chunk, less float32's share."""
-    per_row = np.array([10, 30, 0, 4])  # over 100 sampled columns
+    per_row = np.array([20, 20, 0, 4])  # over 100 sampled columns; chunk 1's rows agree
     whole = choice.SampleBand(44, 0, 88, 400, per_row, np.zeros(100, dtype=np.int64))
     tiles = choice._column_tiles(whole, np.array([1, 1, 0, 2]), chunk=8, share=0.25)
     np.testing.assert_allclose(tiles.density, [0.2, 0.2, 0.0, 0.04])
     np.testing.assert_allclose(tiles.rows, [6.0, 6.0, 0.0, 12.0])
+
+
+def test_chunk_means_are_drawn_to_the_whole_mean_as_far_as_the_sample_cannot_tell_them_apart() -> (
+    None
+):
+    units = np.repeat(np.arange(4), 4)
+    # Rows as spread within each chunk as the chunk means are between them: the means are noise.
+    noisy = np.array([0, 8, 0, 8, 1, 7, 1, 7, 2, 6, 2, 6, 0, 9, 0, 7], dtype=np.float64)
+    np.testing.assert_allclose(choice._chunk_means(units, noisy), np.full(16, noisy.mean()))
+    # Chunks apart and rows agreeing within them: the means stand.
+    apart = np.repeat([0.0, 1.0, 5.0, 9.0], 4) + np.tile([0.0, 0.1, 0.0, 0.1], 4)
+    got = choice._chunk_means(units, apart)
+    np.testing.assert_allclose(got, np.repeat([0.05, 1.05, 5.05, 9.05], 4), atol=2e-3)
+    # Between the two: every chunk's mean moves toward the whole mean, none past it.
+    mixed = np.repeat([0.0, 2.0, 4.0, 6.0], 4) + np.tile([-1.0, 1.0, -1.0, 1.0], 4)
+    got = choice._chunk_means(units, mixed)[::4]
+    assert np.all(np.abs(got - 3.0) < np.abs(np.array([0.0, 2.0, 4.0, 6.0]) - 3.0))
+    assert np.all(np.sign(got - 3.0) == np.sign(np.array([0.0, 2.0, 4.0, 6.0]) - 3.0))
+    # One row per chunk: nothing to measure the noise by, the rows stand.
+    np.testing.assert_allclose(choice._chunk_means(np.arange(4), noisy[:4]), noisy[:4])
 
 
 def test_the_recheck_is_timed_per_power_of_two_of_its_reuse() -> None:
