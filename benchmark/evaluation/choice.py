@@ -193,9 +193,10 @@ def estimates(
         )  # fmt: skip
         whole, negatives = sample, sample.negatives
         share = 0.0  # of the pairs, in chunks recounted in float32 (coarser arithmetics only)
+        density = _chunk_density(whole, units)  # each sampled row's chunk's band share
         if name != "float32" and out and out[0].arithmetic == "float32":
-            sample, share = _kept(sample, *_recounted(sets, units, sample, chunk))
-        tiles = _column_tiles(whole, units, chunk, share) if sets.same_set else None
+            sample, share = _kept(sample, *_recounted(sets, units, density, chunk))
+        tiles = _column_tiles(density, units, chunk, share) if sets.same_set else None
         band, checked, hits = sample.band, sample.checked, sample.hits
         scale = ordered / max(negatives, 1)
         # Pairs per gallery row that one chunk's band reads: the more, the more of each read
@@ -254,18 +255,21 @@ def _chunk_means(units: np.ndarray, values: np.ndarray) -> np.ndarray:
     return (grand + trust * (mean - grand))[units]
 
 
+def _chunk_density(sample: SampleBand, units: np.ndarray) -> np.ndarray:
+    """Each sampled row's estimate of the band share of its chunk (`units`: their chunks), from
+    the sampled rows' own band shares (`_chunk_means`)."""
+    return _chunk_means(units, sample.per_row / max(sample.per_col.size, 1))
+
+
 def _recounted(
-    sets: EvaluationSets, units: np.ndarray, sample: SampleBand, chunk: int
+    sets: EvaluationSets, units: np.ndarray, density: np.ndarray, chunk: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """(which sampled rows lie in a chunk, or same_set panel, that `ranks` will recount in
     float32 because its band holds more than `ranks.FALLBACK_SHARE` of its pairs; each sampled
-    row's pairs, relative). A chunk's band share is taken as its sampled rows' mean (`units`:
-    their chunks). On MSMT17 int8's band holds 4.5 % of the pairs on average and 3 of its 12
-    chunks were recounted, doubling their products."""
-    density = sample.per_row / max(sample.per_col.size, 1)
+    row's pairs, relative), from each row's chunk band share (`_chunk_density`)."""
     n = sets.query_labels.numel()
     weight = (n - units * chunk).astype(np.float64) if sets.same_set else np.ones(units.size)
-    return _chunk_means(units, density) > FALLBACK_SHARE, weight
+    return density > FALLBACK_SHARE, weight
 
 
 def _kept(sample: SampleBand, over: np.ndarray, weight: np.ndarray) -> tuple[SampleBand, float]:
@@ -515,13 +519,13 @@ class ColumnTiles:
     rows: np.ndarray
 
 
-def _column_tiles(whole: SampleBand, units: np.ndarray, chunk: int, share: float) -> ColumnTiles:
+def _column_tiles(density: np.ndarray, units: np.ndarray, chunk: int, share: float) -> ColumnTiles:
     """A tile averages the band densities of its queries, a run in label order, so it is taken
-    at their chunk's mean: on `duplicates`, int8's rows range from 0.2 % to 6.5 % (10th to 90th
-    percentile) and its tiles from 1.4 % to 4.3 %, 71 % of them over `TILE_CAP` (judged by single
-    sampled columns, 18 % were). Rows that float32 recounts still count: later panels scan them
-    as columns; the recounted panels' own column passes (`share` of the pairs) are float32's."""
-    density = _chunk_means(units, whole.per_row / max(whole.per_col.size, 1))
+    at their chunk's (`density`, from `_chunk_density` of the sample before any row left it): on
+    `duplicates`, int8's rows range from 0.2 % to 6.5 % (10th to 90th percentile) and its tiles
+    from 1.4 % to 4.3 %, 71 % of them over `TILE_CAP` (judged by single sampled columns, 18 %
+    were). Rows that float32 recounts still count: later panels scan them as columns; the
+    recounted panels' own column passes (`share` of the pairs) are float32's."""
     return ColumnTiles(density, units * chunk * (1.0 - share))
 
 

@@ -119,7 +119,7 @@ def test_chunks_whose_band_overflows_are_costed_as_float32s() -> None:
     sample = choice.SampleBand(93, 9, 193, 4000, per_row, np.full(1000, 93) // 1000)
     units = choice._query_chunks(sets, rows, chunk=2)
     assert units.tolist() == [3, 0, 2, 1]
-    over, weight = choice._recounted(sets, units, sample, chunk=2)
+    over, weight = choice._recounted(sets, units, choice._chunk_density(sample, units), chunk=2)
     assert over.tolist() == [False, True, False, False]
     assert weight.tolist() == [8 - 6, 8 - 0, 8 - 4, 8 - 2]  # the width of each row's panel
     kept, share = choice._kept(sample, over, weight)
@@ -129,7 +129,7 @@ def test_chunks_whose_band_overflows_are_costed_as_float32s() -> None:
     assert kept.hits == round((193 - 93) * (1 - 8 / 20)) + 3 and kept.checked == round(9 * 3 / 93)
     query_gallery = evaluation_sets("query_gallery", torch.randn(8, 4), labels, torch.randn(8, 4),
                                     labels)  # fmt: skip
-    _, weight = choice._recounted(query_gallery, units, sample, chunk=2)
+    _, weight = choice._recounted(query_gallery, units, np.zeros(4), chunk=2)
     assert weight.tolist() == [1.0] * 4  # every query against the whole gallery
 
 
@@ -223,7 +223,8 @@ def test_a_column_tile_is_judged_at_its_chunks_mean_query_density() -> None:
     and each is read by the gallery rows of the panels before its chunk, less float32's share."""
     per_row = np.array([20, 20, 0, 4])  # over 100 sampled columns; chunk 1's rows agree
     whole = choice.SampleBand(44, 0, 88, 400, per_row, np.zeros(100, dtype=np.int64))
-    tiles = choice._column_tiles(whole, np.array([1, 1, 0, 2]), chunk=8, share=0.25)
+    units = np.array([1, 1, 0, 2])
+    tiles = choice._column_tiles(choice._chunk_density(whole, units), units, chunk=8, share=0.25)
     np.testing.assert_allclose(tiles.density, [0.2, 0.2, 0.0, 0.04])
     np.testing.assert_allclose(tiles.rows, [6.0, 6.0, 0.0, 12.0])
 
