@@ -56,7 +56,9 @@ class LastCheckpoint(ModelCheckpoint):
             return
         path = Path(self.dirpath) / name
         tmp = path.with_name(f".{name}.tmp")  # one name on every rank
-        trainer.save_checkpoint(tmp)  # every DDP rank takes part; rank 0 writes the file
+        # Every DDP rank takes part; rank 0 writes the file. The whole state (optimiser too), said
+        # outright: Lightning logs a line each epoch when weights_only is left unset.
+        trainer.save_checkpoint(tmp, weights_only=False)
         if trainer.is_global_zero:  # a kill during the write leaves the previous file
             os.replace(tmp, path)
         trainer.strategy.barrier()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import inspect
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -157,6 +160,19 @@ def test_finite_embeddings_whose_sum_overflows_pass_the_check(name: str, pk_batc
     embeddings[0, 0] = embeddings[1, 0] = 3e38
     assert not torch.isfinite(embeddings.sum())
     FACTORIES[name]().check_batch(embeddings, labels)
+
+
+def test_the_check_of_a_training_batch_warns_nothing() -> None:
+    # Embeddings that require grad, as in training: reading their sum as a Python float must not
+    # warn. torch warns once per process, so a fresh process tells whether this check does.
+    code = (
+        "import torch, warnings; warnings.simplefilter('error'); from losses import CircleLoss; "
+        "CircleLoss().check_batch(torch.randn(4, 3, requires_grad=True), "
+        "torch.tensor([0, 0, 1, 1]))"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2], capture_output=True
+    )
 
 
 @pytest.mark.parametrize("name", list(FACTORIES))
