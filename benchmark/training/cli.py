@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -346,7 +347,16 @@ def hashed_config(config: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     """Run `fit`, `validate` or `test` with `argv` (None: LightningCLI reads `sys.argv`)."""
-    CircleBenchCLI(args=argv)
+    if argv is None:
+        CircleBenchCLI(args=None)
+        return
+    # Given words, LightningCLI warns if sys.argv holds others too: a leaderboard's cells run in
+    # processes whose sys.argv is the leaderboard's own command line. `argv` is the whole of it.
+    outer, sys.argv = sys.argv, sys.argv[:1]
+    try:
+        CircleBenchCLI(args=argv)
+    finally:
+        sys.argv = outer
 
 
 if __name__ == "__main__":

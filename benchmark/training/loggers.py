@@ -130,12 +130,20 @@ def build_loggers(
     settle_wandb_mode()
     run_dir = Path(csv_logger.log_dir)
     if getattr(rank_zero_only, "rank", 0) == 0:  # other DDP ranks never write there
+        # The CSV writer warns that a folder with files in it holds earlier logs; W&B's files
+        # are about to be there, so it checks now, while only an earlier run's could be.
+        _ = csv_logger.experiment
         run_dir.mkdir(parents=True, exist_ok=True)
     named: dict[str, Any] = {"group": loss, "name": version}
     if labels is not None:  # under its own key: Lightning logs the hyper-parameters at the top
         named = {"group": labels.group, "name": labels.name, "job_type": labels.job_type}
         named["config"] = {"circlebench": labels.config()}
     wandb_logger = WandbLogger(project=f"circlebench-{dataset}", save_dir=str(run_dir), **named)
+    # Lightning always hands W&B `anonymous` (None unless asked), and W&B warns on any value of
+    # that retired setting.
+    init = getattr(wandb_logger, "_wandb_init", None)
+    if isinstance(init, dict) and init.get("anonymous") is None:
+        init.pop("anonymous", None)
     return [csv_logger, wandb_logger]
 
 

@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -190,3 +191,21 @@ def test_from_the_shell_lightning_reads_the_words_itself(
     main()
     main(["test", "--config", "y.yaml"])
     assert seen == [None, ["test", "--config", "y.yaml"]]
+
+
+def test_a_cell_handed_its_words_does_not_warn_about_sys_argv(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A leaderboard's cells run where sys.argv is the leaderboard's command line: the words
+    handed to the training CLI are its whole command line, and sys.argv is left as it was."""
+    from benchmark.training.cli import main as training_main
+
+    argv = ["circlebench", "leaderboard", "--suite", "quick"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(SystemExit, match="0"):
+            training_main(["fit", "--help"])
+    assert "--config" in capsys.readouterr().out
+    assert not [w for w in caught if "args parameter" in str(w.message)]
+    assert sys.argv == argv

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import warnings
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,25 @@ def test_labels_name_group_and_configure_the_wandb_run(
         "paradigm": "class-level", "track": "end-to-end", "seed": 2, "suite": "ci",
         "cell_id": "syn/circle_class/seed2", "git_sha": "abc",
     }  # fmt: skip
+
+
+def test_a_new_run_folder_logs_without_warnings_an_earlier_one_warns(
+    wandb_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """W&B's files land in the run folder before the first CSV metrics: no warning about
+    earlier logs for them, nor about W&B's retired `anonymous` setting; a folder that already
+    held files before the run still gets Lightning's warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        csv_logger, wandb_logger = build_loggers(
+            tmp_path, "synthetic", "CircleLoss", wandb=True, version="new"
+        )
+        (Path(csv_logger.log_dir) / "wandb").mkdir()
+        csv_logger.log_metrics({"train/loss": 1.0}, step=0)
+        csv_logger.save()
+    assert "anonymous" not in wandb_logger._wandb_init
+    earlier = tmp_path / "synthetic" / "CircleLoss" / "old"
+    earlier.mkdir(parents=True)
+    (earlier / "metrics.csv").write_text("step\n0\n")
+    with pytest.warns(UserWarning, match="exists and is not empty"):
+        build_loggers(tmp_path, "synthetic", "CircleLoss", wandb=True, version="old")
