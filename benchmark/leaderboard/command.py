@@ -37,6 +37,7 @@ from benchmark.leaderboard.runner import (
     fork_runner,
     in_process_runner,
     run_cells,
+    run_forked,
     subprocess_runner,
     terminal_console,
 )
@@ -138,7 +139,9 @@ def main(argv: list[str] | None = None) -> None:
         launcher=launcher,
     )
     if not args.no_wandb:
-        log_wandb_table(board, suite, args.results_dir / "suites" / suite.name, console)
+        work = args.results_dir / "suites" / suite.name
+        forked = args.isolation == "fork" and launcher is None
+        log_wandb_table(board, suite.name, work, console, forked=forked)
     _finish(summary, console)
 
 
@@ -304,32 +307,50 @@ def _committed_subset(suite: Suite, results_dir: Path, scratch: Path, console: C
     return scratch / suite.output / "leaderboard.csv"
 
 
-def log_wandb_table(board: pd.DataFrame, suite: Suite, work: Path, console: Console) -> None:
-    """Log the leaderboard as a `wandb.Table`; offline unless WANDB_MODE says otherwise.
+def log_wandb_table(
+    board: pd.DataFrame, suite_name: str, work: Path, console: Console, *, forked: bool = False
+) -> None:
+    """Log suite `suite_name`'s leaderboard as a `wandb.Table`; offline unless WANDB_MODE says
+    otherwise.
 
-    Never blocks the leaderboard: any W&B problem is printed and skipped.
+    Never blocks the leaderboard: any W&B problem is printed and skipped. `forked`: in a child
+    of the cells' fork server, which has imported what `wandb.init` imports on every call
+    (`fork_server.PRELOAD`), 2 s of this command's last seconds otherwise; its output goes to
+    `work/wandb-table.log`.
     """
     mode = os.environ.get("WANDB_MODE", "offline")
     if mode not in ("online", "offline") or board.empty:  # disabled, or a mode W&B rejects
         return
     chosen: Literal["online", "offline"] = "online" if mode == "online" else "offline"
+    work.mkdir(parents=True, exist_ok=True)
+    if forked:
+        log = work / "wandb-table.log"
+        status = run_forked(_log_table, (board, suite_name, work, chosen), log, threads=1)
+        if status != 0:
+            console.print(f"W&B: leaderboard table not logged (exit status {status}; see {log})")
+        return
     try:
-        import wandb
-
-        work.mkdir(parents=True, exist_ok=True)
-        run = wandb.init(
-            project="circlebench-leaderboard",
-            name=f"leaderboard-{suite.name}",
-            job_type="leaderboard",
-            mode=chosen,
-            dir=str(work),
-            settings=wandb.Settings(init_timeout=30, silent=True),
-        )
-        cells = board.astype(object).where(board.notna(), None)  # W&B columns keep one type
-        run.log({"leaderboard": wandb.Table(dataframe=cells)})
-        run.finish()
+        _log_table(board, suite_name, work, chosen)
     except Exception as error:  # W&B is optional; the files are the leaderboard of record
         console.print(f"W&B: leaderboard table not logged ({type(error).__name__}: {error})")
+
+
+def _log_table(
+    board: pd.DataFrame, suite_name: str, work: Path, mode: Literal["online", "offline"]
+) -> None:
+    import wandb
+
+    run = wandb.init(
+        project="circlebench-leaderboard",
+        name=f"leaderboard-{suite_name}",
+        job_type="leaderboard",
+        mode=mode,
+        dir=str(work),
+        settings=wandb.Settings(init_timeout=30, silent=True),
+    )
+    cells = board.astype(object).where(board.notna(), None)  # W&B columns keep one type
+    run.log({"leaderboard": wandb.Table(dataframe=cells)})
+    run.finish()
 
 
 def _finish(summary: RunSummary, console: Console) -> None:
