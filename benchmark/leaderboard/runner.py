@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -119,6 +120,7 @@ def _forked_child(
         os.close(server._forkserver_alive_fd)
         server._forkserver_alive_fd = None
     _die_with_parent()
+    _own_wandb_media_folder()
     if threads is not None:  # the server's libraries are loaded: set the pools' sizes directly
         import torch
 
@@ -132,6 +134,17 @@ def _forked_child(
         target(*args)
     finally:  # multiprocessing ends the child with os._exit: run what an interpreter's exit runs
         atexit._run_exitfuncs()  # (wandb finishes its offline run there)
+
+
+def _own_wandb_media_folder() -> None:
+    """Give this child a W&B media folder of its own. W&B makes one temporary folder for the
+    files of tables and images when it is imported (here: by the server) and removes it at exit;
+    a child that ran that exit removed it for every later child, whose first table then failed
+    to write. Nothing to do where W&B is not loaded, or keeps its media elsewhere."""
+    private = sys.modules.get("wandb.sdk.data_types._private")
+    media = getattr(private, "MEDIA_TMP", None)
+    if isinstance(media, tempfile.TemporaryDirectory):
+        media.name = tempfile.mkdtemp("wandb-media")  # what its exit-time cleanup removes
 
 
 def _cell_main(args: list[str]) -> None:

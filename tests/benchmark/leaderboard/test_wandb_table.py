@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from benchmark.leaderboard import fork_server
+from benchmark.leaderboard import fork_server, runner
 from benchmark.leaderboard.command import log_wandb_table
 from tests.benchmark.leaderboard.wandb_records import read_offline_run
 
@@ -27,6 +27,8 @@ def test_the_table_is_an_offline_run_of_its_own(
     forked: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("WANDB_MODE", "offline")
+    if forked:  # after a cell: each forked child runs W&B's exit, which removes its media folder
+        assert runner.run_forked(print, ("a cell",), tmp_path / "cell.log", 1) == 0
     console = Console(record=True)
     log_wandb_table(BOARD, "t", tmp_path, console, forked=forked)
     assert "not logged" not in console.export_text()
@@ -36,6 +38,10 @@ def test_the_table_is_an_offline_run_of_its_own(
         "circlebench-leaderboard", "leaderboard-t", "leaderboard"
     )  # fmt: skip
     assert {"leaderboard/_type", "leaderboard/nrows"} <= run.history
+    if not forked:  # close this process's W&B service now, not in pytest's exit
+        import wandb
+
+        wandb.teardown()
 
 
 def test_a_failing_forked_logger_is_reported_with_its_log(
