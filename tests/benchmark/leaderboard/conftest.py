@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -24,6 +25,11 @@ def slurm() -> Iterator[slurm_cluster.SlurmCluster]:
         with cluster.requeued_jobs_start_at_once():
             yield cluster
     finally:
+        # A W&B service that a later test started inherited SLURM_CONF, and the cluster's
+        # janitor kills every process that has it: close W&B's connection first, or its
+        # exit-time teardown prints a "Connection lost" traceback after the session's results.
+        if "wandb" in sys.modules:
+            sys.modules["wandb"].teardown()
         cluster.stop()
         if saved is None:
             os.environ.pop("SLURM_CONF", None)
