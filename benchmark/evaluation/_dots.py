@@ -68,16 +68,21 @@ def unit_dots(x, y, x_norms, y_norms, x_rows, y_rows, out):
 
 
 @njit(nogil=True, cache=True)
-def bucket_order(keys, n_keys):
-    """The stable permutation that sorts `keys` (integers in [0, n_keys)): a counting sort,
-    O(M + n_keys), where argsort of the band pairs took longer than the products it orders."""
+def bucket_sort(keys, values, n_keys):
+    """(`keys`, `values`) reordered so that `keys` (integers in [0, n_keys)) ascend, stably: a
+    counting sort, O(M + n_keys), that moves the pairs themselves. argsort of the band pairs took
+    longer than the products it orders, and gathering both arrays through a permutation cost
+    13 ns a pair on int8's bands (two random reads), more than the sort."""
     starts = np.zeros(n_keys + 1, np.int64)
     for m in range(keys.size):
         starts[keys[m] + 1] += 1
     for k in range(n_keys):
         starts[k + 1] += starts[k]
-    out = np.empty(keys.size, np.int64)
+    out_keys = np.empty_like(keys)
+    out_values = np.empty_like(values)
     for m in range(keys.size):
-        out[starts[keys[m]]] = m
-        starts[keys[m]] += 1
-    return out
+        at = starts[keys[m]]
+        out_keys[at] = keys[m]
+        out_values[at] = values[m]
+        starts[keys[m]] = at + 1
+    return out_keys, out_values

@@ -274,9 +274,10 @@ def settle(
         if rows.size > _SORT_PAIRS:
             # Each row outside the chunk (from memory, not cache) is then read once per block
             # instead of once per pair (int8 bands hold ~600 pairs per query: 3-4x faster).
-            keys, n_keys = (rows, tab.ptr.size - 1) if by_query else (gallery, g.raw.shape[0])
-            in_order = _dots.bucket_order(keys, n_keys)
-            rows, gallery = rows[in_order], gallery[in_order]
+            if by_query:
+                rows, gallery = _dots.bucket_sort(rows, gallery, tab.ptr.size - 1)
+            else:
+                gallery, rows = _dots.bucket_sort(gallery, rows, g.raw.shape[0])
         approx = raw_similarities(q, g, torch.from_numpy(q_map[rows]), torch.from_numpy(gallery))
         unsure = np.zeros(rows.size, dtype=np.bool_)
         eps = raw_error(q.dim) + 2.0**-30

@@ -76,8 +76,14 @@ def test_empty_pair_lists() -> None:
     assert raw_similarities(q, q, none, none).numel() == 0
 
 
-def test_bucket_order_is_a_stable_sort() -> None:
-    keys = torch.randint(0, 50, (5000,), generator=torch.Generator().manual_seed(9)).numpy()
-    order = _dots.bucket_order(keys, 50)
-    assert (order == np.argsort(keys, kind="stable")).all()
-    assert _dots.bucket_order(keys[:0], 50).size == 0
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_bucket_sort_is_a_stable_sort_of_the_pairs(dtype: type) -> None:
+    gen = torch.Generator().manual_seed(9)
+    keys = torch.randint(0, 50, (5000,), generator=gen).numpy().astype(dtype)
+    values = torch.randint(0, 10**6, (5000,), generator=gen).numpy()
+    order = np.argsort(keys, kind="stable")
+    sorted_keys, sorted_values = _dots.bucket_sort(keys, values, 50)
+    assert (sorted_keys == keys[order]).all() and (sorted_values == values[order]).all()
+    assert (sorted_keys.dtype, sorted_values.dtype) == (keys.dtype, values.dtype)
+    empty = _dots.bucket_sort(keys[:0], values[:0], 50)
+    assert empty[0].size == empty[1].size == 0
