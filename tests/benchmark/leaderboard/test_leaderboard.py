@@ -391,6 +391,20 @@ def test_suite_runs_once_then_resumes(project: Path, calls: list[list[str]]) -> 
     assert [a[a.index("--cell_id") + 1] for a in calls[4:]] == ["syn/triplet/seed1"]
 
 
+def test_the_wandb_table_is_logged_from_the_fork_server_only_where_cells_fork_here(
+    project: Path, calls: list[list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--aggregate-only starts no fork server (starting one for the table alone costs more than
+    logging it in this process), nor does another isolation."""
+    forked: list[bool] = []
+    monkeypatch.setattr(leaderboard, "log_wandb_table", lambda *a, **k: forked.append(k["forked"]))
+    leaderboard.main(["--suite", "t"])
+    leaderboard.main(["--suite", "t", "--aggregate-only"])
+    leaderboard.main(["--suite", "t", "--isolation", "subprocess"])
+    leaderboard.main(["--suite", "t", "--no-wandb"])
+    assert forked == [leaderboard.DEFAULT_ISOLATION == "fork", False, False]
+
+
 def test_a_row_made_before_its_suite_entry_changed_runs_again(
     project: Path, calls: list[list[str]], capfd: pytest.CaptureFixture
 ) -> None:
