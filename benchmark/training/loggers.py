@@ -131,9 +131,9 @@ def build_loggers(
     run_dir = Path(csv_logger.log_dir)
     if getattr(rank_zero_only, "rank", 0) == 0:  # other DDP ranks never write there
         # The CSV writer warns that a folder with files in it holds earlier logs; W&B's files
-        # are about to be there, so it checks now, while only an earlier run's could be.
+        # are about to be there, so it checks now, while only an earlier run's could be. It
+        # makes the folder, which W&B then writes to.
         _ = csv_logger.experiment
-        run_dir.mkdir(parents=True, exist_ok=True)
     named: dict[str, Any] = {"group": loss, "name": version}
     if labels is not None:  # under its own key: Lightning logs the hyper-parameters at the top
         named = {"group": labels.group, "name": labels.name, "job_type": labels.job_type}
