@@ -153,7 +153,16 @@ class CircleBenchCLI(LightningCLI):
         )
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
-        super().parse_arguments(parser, args)
+        if args is None:
+            super().parse_arguments(parser, args)
+        else:  # Given words, LightningCLI warns if sys.argv holds others too: a leaderboard's
+            # cells, tune's folds and the bench commands parse their own words in processes whose
+            # sys.argv is another command line. The words given are the whole of it.
+            outer, sys.argv = sys.argv, sys.argv[:1]
+            try:
+                super().parse_arguments(parser, args)
+            finally:
+                sys.argv = outer
         # Before anything reads the config (the checkpoint check, the saved config, the hash).
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else self.config
@@ -347,16 +356,7 @@ def hashed_config(config: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     """Run `fit`, `validate` or `test` with `argv` (None: LightningCLI reads `sys.argv`)."""
-    if argv is None:
-        CircleBenchCLI(args=None)
-        return
-    # Given words, LightningCLI warns if sys.argv holds others too: a leaderboard's cells run in
-    # processes whose sys.argv is the leaderboard's own command line. `argv` is the whole of it.
-    outer, sys.argv = sys.argv, sys.argv[:1]
-    try:
-        CircleBenchCLI(args=argv)
-    finally:
-        sys.argv = outer
+    CircleBenchCLI(args=argv)
 
 
 if __name__ == "__main__":

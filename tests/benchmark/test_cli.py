@@ -36,12 +36,6 @@ TINY = [
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
-@pytest.fixture(autouse=True)
-def _bare_argv(monkeypatch: pytest.MonkeyPatch) -> None:
-    """LightningCLI warns when given args while sys.argv holds pytest's own."""
-    monkeypatch.setattr(sys, "argv", ["circlebench"])
-
-
 def circlebench(tmp: Path, command: str, config: Path, *args: str) -> list[dict[str, str]]:
     """Run `circlebench <command>` in-process; return the rows of its results CSV so far."""
     csv_path = tmp / "runs.csv"
@@ -196,8 +190,10 @@ def test_from_the_shell_lightning_reads_the_words_itself(
 def test_a_cell_handed_its_words_does_not_warn_about_sys_argv(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A leaderboard's cells run where sys.argv is the leaderboard's command line: the words
-    handed to the training CLI are its whole command line, and sys.argv is left as it was."""
+    """A leaderboard's cells (and tune's folds, and the bench commands, which build the CLI
+    themselves) run where sys.argv is another command line: the words handed to the training
+    CLI are its whole command line, and sys.argv is left as it was."""
+    from benchmark.training.cli import CircleBenchCLI
     from benchmark.training.cli import main as training_main
 
     argv = ["circlebench", "leaderboard", "--suite", "quick"]
@@ -206,6 +202,8 @@ def test_a_cell_handed_its_words_does_not_warn_about_sys_argv(
         warnings.simplefilter("always")
         with pytest.raises(SystemExit, match="0"):
             training_main(["fit", "--help"])
+        cli = CircleBenchCLI(args=["--config", str(FINE[0])], run=False, parse_only=True)
     assert "--config" in capsys.readouterr().out
+    assert cli.config["model"]["loss"]["class_path"]
     assert not [w for w in caught if "args parameter" in str(w.message)]
     assert sys.argv == argv
