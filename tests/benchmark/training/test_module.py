@@ -201,8 +201,10 @@ def test_a_cpu_run_on_a_gpu_host_stays_on_the_cpu(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     # torch's optimiser asks a visible GPU whether it is capturing a graph: there is none here
-    check = "_accelerator_graph_capture_health_check"
-    monkeypatch.setattr(torch.optim.Optimizer, check, lambda self: None)
+    # (the check's name before torch 2.9 is the second)
+    for check in ("_accelerator_graph_capture_health_check", "_cuda_graph_capture_health_check"):
+        if hasattr(torch.optim.Optimizer, check):
+            monkeypatch.setattr(torch.optim.Optimizer, check, lambda self: None)
     data = TinyDataModule(classes=5, p=2, k=2, val_classes=2, batches_per_epoch=1)
     module = make_module()
     trainer = make_trainer(max_epochs=1)
