@@ -238,6 +238,10 @@ def _run_unfinished(
     jobs: int,
 ) -> None:
     todo, recipes = unfinished_cells(cells, settings, summary, root=root, console=console)
+    # Floors last: a floor only tests, so it is shorter than any cell that trains (and tests) in
+    # its group, and with `jobs` > 1 the short cells at the end fill the time the last long one
+    # would otherwise run alone (the default job ended with one core idle for 8 s of 184).
+    todo.sort(key=lambda cell: cell.command == "test")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task("cells", total=len(cells), completed=len(cells) - len(todo))

@@ -391,6 +391,22 @@ def test_suite_runs_once_then_resumes(project: Path, calls: list[list[str]]) -> 
     assert [a[a.index("--cell_id") + 1] for a in calls[4:]] == ["syn/triplet/seed1"]
 
 
+def test_floors_run_after_the_cells_that_train(project: Path, calls: list[list[str]]) -> None:
+    """A floor only tests, so it is the shortest cell of its group: run last, the floors fill
+    the time the last long cell would otherwise run alone beside idle cores."""
+    (project / "experiments/suites/f.yaml").write_text(
+        "seeds: [0, 1]\ngroups:\n"
+        "  syn: {configs: experiments/syn/*.yaml, floor: experiments/syn/circle.yaml}\n"
+    )
+    leaderboard.main(["--suite", "f", "--no-wandb", "--jobs", "1"])
+    assert [a[a.index("--cell_id") + 1] for a in calls] == [
+        "syn/circle/seed0", "syn/circle/seed1", "syn/triplet/seed0", "syn/triplet/seed1",
+        "syn/floor/seed0", "syn/floor/seed1",
+    ]  # fmt: skip
+    board = read_leaderboard(project / "results/suites/f/leaderboard.csv")
+    assert list(board["experiment"]) == ["syn/floor", "syn/circle", "syn/triplet"]
+
+
 def test_the_wandb_table_is_logged_from_the_fork_server_only_where_cells_fork_here(
     project: Path, calls: list[list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
