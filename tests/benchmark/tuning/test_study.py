@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -215,7 +216,9 @@ def test_optuna_dashboard_opens_a_study_as_it_is(tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    dashboard = shutil.which("optuna-dashboard")
+    # beside this interpreter too: a virtual environment's scripts, where it is not activated
+    scripts = str(Path(sys.executable).parent)
+    dashboard = shutil.which("optuna-dashboard") or shutil.which("optuna-dashboard", path=scripts)
     if dashboard is None:
         pytest.skip("optuna-dashboard is not installed (pip install -e '.[dev]')")
     server = subprocess.Popen(
