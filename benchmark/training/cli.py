@@ -34,6 +34,7 @@ from benchmark.training.loggers import (
     ConfigToLoggersCallback,
     RunLabels,
     build_loggers,
+    finish_wandb_runs,
     run_version,
 )
 from benchmark.training.module import MetricLearningModule
@@ -98,22 +99,33 @@ class CircleBenchCLI(LightningCLI):
         """Parse `args` and run the sub-command; `parse_only` stops before building anything."""
         self.parse_only = parse_only
         defaults = {"default_config_files": [str(BASE_CONFIG)]}
-        super().__init__(
-            MetricLearningModule,
-            RetrievalDataModule,
-            subclass_mode_data=True,
-            save_config_callback=ConfigToLoggersCallback,
-            save_config_kwargs={"overwrite": True},
-            parser_kwargs={
-                name: {**defaults, "epilog": manual_line(name)} for name in self.subcommands()
-            }
-            if run
-            else defaults,
-            auto_configure_optimizers=False,  # the module builds its own parameter groups
-            parser_class=CircleBenchParser,
-            args=args,
-            run=run,
-        )
+        try:
+            super().__init__(
+                MetricLearningModule,
+                RetrievalDataModule,
+                subclass_mode_data=True,
+                save_config_callback=ConfigToLoggersCallback,
+                save_config_kwargs={"overwrite": True},
+                parser_kwargs={
+                    name: {**defaults, "epilog": manual_line(name)} for name in self.subcommands()
+                }
+                if run
+                else defaults,
+                auto_configure_optimizers=False,  # the module builds its own parameter groups
+                parser_class=CircleBenchParser,
+                args=args,
+                run=run,
+            )
+        except BaseException:
+            self._finish_wandb(failed=True)
+            raise
+        self._finish_wandb(failed=False)
+
+    def _finish_wandb(self, *, failed: bool) -> None:
+        """Close this command's W&B run once its sub-command is done (`finish_wandb_runs`)."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is not None:
+            finish_wandb_runs(trainer.loggers, failed=failed)
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:

@@ -164,6 +164,17 @@ def settle_wandb_mode() -> str:
     return os.environ.get("WANDB_MODE", "online")
 
 
+def finish_wandb_runs(loggers: list[Logger], *, failed: bool) -> None:
+    """Close the W&B runs of `loggers` that started. An open run outlives its Trainer: the next
+    WandbLogger in the same process would log into it (Lightning reuses `wandb.run`), so every
+    run after the first of one interpreter (a leaderboard's `--isolation in-process` cells, a
+    notebook) was recorded as the first."""
+    for logger in loggers:
+        run = getattr(logger, "_experiment", None) if isinstance(logger, WandbLogger) else None
+        if run is not None:
+            run.finish(exit_code=1 if failed else 0)
+
+
 class ConfigToLoggersCallback(SaveConfigCallback):
     """Save `config.yaml` in the run directory and log the full resolved config to W&B."""
 

@@ -146,12 +146,18 @@ def test_wandb_runs_offline_without_an_account(tmp_path, monkeypatch) -> None:
         monkeypatch.delenv(name)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc login
     config = EXPERIMENTS / "synthetic" / "fine_grained" / "triplet.yaml"
-    (row,) = circlebench(
-        tmp_path, "fit", config, "--wandb=true", "--data.init_args.batches_per_epoch=1",
-        "--trainer.max_epochs=1",
-    )  # fmt: skip
+    words = ["--wandb=true", "--data.init_args.batches_per_epoch=1", "--trainer.max_epochs=1"]
+    (row,) = circlebench(tmp_path, "fit", config, *words)
     assert os.environ["WANDB_MODE"] == "offline"
-    assert list((Path(row["run_dir"]) / "wandb").glob("offline-run-*"))
+    assert list((Path(row["run_dir"]) / "wandb").glob("offline-run-*/run-*.wandb"))
+    # A second run in the same interpreter (a leaderboard's in-process cells, a notebook) gets a
+    # W&B run of its own: the first was closed, not left open for Lightning to log into again.
+    import wandb
+
+    assert wandb.run is None
+    (_, second) = circlebench(tmp_path, "fit", config, *words, "--seed_everything=1")
+    assert list((Path(second["run_dir"]) / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert wandb.run is None
 
 
 def test_dispatcher_sends_leaderboard_arguments_and_rejects_unknown_commands(monkeypatch) -> None:
