@@ -29,6 +29,7 @@ from benchmark.evaluation.sets import RetrievalProtocol
 from benchmark.training.embedders import EmbedderBase
 from benchmark.training.nvml import skip_absent_nvml
 from benchmark.training.results import TestResult
+from datamodules.base import RetrievalDataModule
 from losses import MetricLoss
 
 # per evaluation loader: (batch index, embeddings [b, D], labels [b], cameras [b]) per batch
@@ -129,6 +130,14 @@ class MetricLearningModule(pl.LightningModule):
         num_classes = getattr(datamodule, "num_classes", None)
         if stage == "fit" and num_classes is not None:
             check_num_classes(self.loss, int(num_classes))
+        # No validation split (val_classes=0, no folds): validation would run nothing, and
+        # Lightning would warn on every run that the list of its loaders is empty.
+        if (
+            stage == "fit"
+            and isinstance(datamodule, RetrievalDataModule)
+            and not datamodule.val_dataloader()
+        ):
+            self.trainer.limit_val_batches = 0
 
     def configure_optimizers(self):
         groups = [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -239,3 +241,17 @@ def test_evaluation_embeds_in_float32_under_bf16_mixed(monkeypatch: pytest.Monke
 def test_evaluation_device_follows_the_trainer() -> None:
     assert evaluation_device(None) == "auto"
     assert evaluation_device(make_trainer()) == "cpu"
+
+
+@pytest.mark.parametrize("val_classes", [0, 2])
+def test_validation_runs_only_where_there_is_a_validation_split(val_classes: int) -> None:
+    """Without one, the fit skips validation outright: Lightning warned on every run that the
+    list of validation loaders was empty. With one, each epoch validates."""
+    data = TinyDataModule(classes=5, p=2, k=2, val_classes=val_classes, batches_per_epoch=1)
+    trainer = make_trainer(max_epochs=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(make_module(), datamodule=data)
+    assert not [w for w in caught if "across ranks is zero" in str(w.message)]
+    assert trainer.limit_val_batches == (0 if val_classes == 0 else 1.0)
+    assert ("val/R@1" in trainer.callback_metrics) == (val_classes > 0)
