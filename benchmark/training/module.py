@@ -135,7 +135,7 @@ class MetricLearningModule(pl.LightningModule):
         if (
             stage == "fit"
             and isinstance(datamodule, RetrievalDataModule)
-            and not datamodule.val_dataloader()
+            and datamodule.splits()[1] is None
         ):
             self.trainer.limit_val_batches = 0
 
