@@ -16,8 +16,14 @@ from typing import cast
 # What the fork server imports before forking cells. `wandb.init` imports `wandb.sdk.launch`
 # (and W&B's public API under it) on every call: 1.4 s of each cell's CPU time on the 2-core
 # machine, paid once here instead; so is numba's set-up at a cell's first evaluation (0.26 s).
-# A module that is not installed is skipped by the server.
-PRELOAD = ["benchmark.training.cli", "wandb.sdk.launch", "benchmark.evaluation.numba_target"]
+# `fork_ready` comes last: it freezes everything the others created (`gc.freeze`), so that no
+# cell's garbage collector walks it. A module that is not installed is skipped by the server.
+PRELOAD = [
+    "benchmark.training.cli",
+    "wandb.sdk.launch",
+    "benchmark.evaluation.numba_target",
+    "benchmark.leaderboard.fork_ready",
+]
 
 
 def fork_available() -> bool:
