@@ -16,9 +16,11 @@ from typing import cast
 # What the fork server imports before forking cells. `wandb.init` imports `wandb.sdk.launch`
 # (and W&B's public API under it) on every call: 1.4 s of each cell's CPU time on the 2-core
 # machine, paid once here instead; so is numba's set-up at a cell's first evaluation (0.26 s).
-# `fork_ready` comes last: it freezes everything the others created (`gc.freeze`), so that no
-# cell's garbage collector walks it. A module that is not installed is skipped by the server.
+# `fork_start` and `fork_ready` come first and last: the imports run without garbage collection
+# and what they made is then frozen (`benchmark.collector`), so that no cell's collector walks
+# it. A module that is not installed is skipped by the server.
 PRELOAD = [
+    "benchmark.leaderboard.fork_start",
     "benchmark.training.cli",
     "wandb.sdk.launch",
     "benchmark.evaluation.numba_target",
