@@ -12,6 +12,13 @@ from benchmark import collector
 REPO = Path(__file__).resolve().parents[2]
 
 
+def fresh_process_prints(code: str) -> list[str]:
+    """The words `code` prints in a fresh interpreter at the repository root."""
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
 def test_the_block_runs_without_collections_and_what_it_leaves_is_frozen() -> None:
     gc.unfreeze()  # the test process's earlier freezes: start from none
     try:
@@ -40,9 +47,7 @@ def test_a_module_is_imported_frozen_only_the_first_time() -> None:
         "print(module is sys.modules['benchmark.training.cli'], gc.isenabled(),\n"
         "      gc.get_freeze_count() > 100_000)\n"
     )
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "True", "True"]
+    assert fresh_process_prints(probe) == ["True", "True", "True"]
 
 
 def test_the_command_imports_its_module_frozen() -> None:
@@ -52,6 +57,4 @@ def test_the_command_imports_its_module_frozen() -> None:
         "main(['data', 'list'])\n"
         "print(gc.isenabled(), gc.get_freeze_count() > 0)\n"
     )
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split()[-2:] == ["True", "True"]
+    assert fresh_process_prints(probe)[-2:] == ["True", "True"]
