@@ -46,6 +46,7 @@ from benchmark.tuning.on_slurm import tune_on_slurm
 from benchmark.tuning.space import load_space, space_path
 from benchmark.tuning.study import (
     Heartbeat,
+    Proposer,
     counted,
     create_study,
     enqueue_default,
@@ -264,11 +265,12 @@ def tune(task: Task, *, workers: int, threads: int, console: Console) -> dict:
                 progress.console.print(f"trial {trial.number} {trial.state.name}: {why}")
 
         progress.update(bar, completed=counted(study), description=_line(task, study))
+        proposer = Proposer(task.budget, experiment.space.distributions())  # one per process
         pool = ThreadPoolExecutor(max_workers=workers)
         try:
             futures = [
                 pool.submit(
-                    work, study, task.storage, task.budget, objective, beat, stop=stop, done=done
+                    work, study, task.storage, proposer, objective, beat, stop=stop, done=done
                 )
                 for _ in range(workers)
             ]

@@ -13,7 +13,6 @@ process is gone, or its heartbeat is stale) and its setting is tried again, once
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import threading
 from pathlib import Path
@@ -28,7 +27,14 @@ from benchmark.leaderboard.slurm_tasks import CallTask
 from benchmark.tuning.experiment import parse_experiment
 from benchmark.tuning.objective import run_trial
 from benchmark.tuning.space import load_space
-from benchmark.tuning.study import Heartbeat, counted, create_study, enqueue_default, open_storage
+from benchmark.tuning.study import (
+    Heartbeat,
+    Proposer,
+    counted,
+    create_study,
+    enqueue_default,
+    open_storage,
+)
 from benchmark.tuning.study import work as study_work
 
 if TYPE_CHECKING:
@@ -41,12 +47,13 @@ FOLDER = Path("results/tuning/slurm")  # submitit's files of each job
 def worker(task: Task, threads: int, index: int) -> None:
     """What array task `index` runs: trials of `task`'s study until its budget is spent.
 
-    Its sampler's seed is the budget's plus `index`: workers in separate processes seeded
-    alike would draw the same random settings (the local workers are threads of one sampler).
+    Its sampler draws from a stream of its own (`study.stream_seed` mixes in `index`): workers
+    in separate processes seeded alike would draw the same settings (the local workers are
+    threads of one sampler), and a proposal that repeats a setting is redrawn anyway.
     """
     experiment = parse_experiment(task.config, task.overrides, load_space(task.space))
-    seeded = dataclasses.replace(task.budget, sampler_seed=task.budget.sampler_seed + index)
-    study = create_study(task.study, open_storage(task.storage), seeded)
+    study = create_study(task.study, open_storage(task.storage), task.budget)
+    proposer = Proposer(task.budget, experiment.space.distributions(), worker=index)
 
     def objective(trial: optuna.Trial) -> float:
         return run_trial(trial, experiment, task.budget, task.work_dir, run_forked, threads)
@@ -57,7 +64,7 @@ def worker(task: Task, threads: int, index: int) -> None:
 
     with Heartbeat() as beat:
         stop = threading.Event()  # a Slurm job is stopped by Slurm, not by Ctrl-C
-        study_work(study, task.storage, task.budget, objective, beat, stop=stop, done=done)
+        study_work(study, task.storage, proposer, objective, beat, stop=stop, done=done)
     print(f"{task.study}: budget of {task.budget.trials} trials spent", flush=True)
 
 

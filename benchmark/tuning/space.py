@@ -68,6 +68,10 @@ class SearchSpace:
         """Values for `trial`, by parameter name."""
         return {p.name: p.suggest(trial) for p in self.parameters}
 
+    def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
+        """Each parameter's distribution by name, in order: what a trial is asked with."""
+        return {p.name: p.distribution for p in self.parameters}
+
     def overrides(self, values: dict[str, Any]) -> list[str]:
         """The command-line overrides that apply `values` (by parameter name) to a config."""
         return [p.override(values[p.name]) for p in self.parameters]

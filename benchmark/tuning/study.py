@@ -2,15 +2,20 @@
 
 Storage is Optuna's journal file (safe for several processes on one file system, unlike SQLite)
 unless an RDB URL is given. Every worker runs this loop: under the study's budget lock, recover
-trials whose worker died, stop once the finished and running trials reach the budget, else ask
-for a trial (the default setting, enqueued when the study is created, comes first); outside the
-lock, run it and tell Optuna how it ended. So:
+trials whose worker died, stop once the study holds `budget.trials` distinct settings, finished
+or running, else ask for a trial (the default setting, enqueued when the study is created,
+comes first) with every value drawn at once (`Proposer`); outside the lock, run it and tell
+Optuna how it ended. So:
 
 - two workers never run one trial (Optuna hands each asked trial to one caller) and together
   run exactly `budget.trials` (the count and the ask happen under one lock);
+- no setting runs twice: a proposal equal to a setting finished or running is redrawn (kept as
+  a FAIL marked `duplicate_of`, which spends nothing), and each process draws from a stream of
+  its own (`stream_seed`), so a resumed study or a second worker does not replay the draws of
+  the first;
 - a worker killed outright (SIGKILL, a lost node) leaves its trial RUNNING; the next worker to
   look marks it FAIL as `interrupted` and enqueues its setting again, once; interrupted trials do
-  not count, so a resumed study repeats no finished trial and runs its full budget;
+  not count, and the retry is the one repetition allowed;
 - a trial whose setting raises (a NaN loss, an out-of-memory error, a bad value) is FAIL with
   the error in its `error` attribute and counts: a space that yields broken settings spends
   its own budget.
@@ -26,11 +31,14 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import optuna
+from optuna.distributions import BaseDistribution
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import FrozenTrial, TrialState
@@ -42,6 +50,8 @@ STALE_S = 600.0
 INTERRUPTED = "interrupted"  # why the trial this one retries was interrupted
 RETRY_OF = "retry_of"  # the number of the interrupted trial a retry repeats
 DEFAULT = "default_setting"  # user attribute of the enqueued default trial
+DUPLICATE_OF = "duplicate_of"  # a redrawn proposal: the trial whose setting it repeated
+MAX_REDRAWS = 100  # proposals in a row that repeat a setting before the space counts as spent
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # our progress bar says what matters
 
@@ -75,26 +85,114 @@ class Worker:
 
 def create_study(name: str, storage: BaseStorage, budget: Budget) -> optuna.Study:
     """The study `name` in `storage` (created, or loaded to resume) with the budget's sampler."""
-    sampler = optuna.samplers.TPESampler(
-        seed=budget.sampler_seed,
-        n_startup_trials=budget.startup_trials,
-        multivariate=True,
-        constant_liar=True,  # parallel workers do not all sample next to the same best trial
-    )
     pruner = (
         optuna.pruners.WilcoxonPruner(p_threshold=0.1)
         if budget.pruner == "wilcoxon"
         else optuna.pruners.NopPruner()
     )
-    study = optuna.create_study(
+    return optuna.create_study(
         study_name=name,
         storage=storage,
-        sampler=sampler,
+        sampler=make_sampler(budget, budget.sampler_seed),
         pruner=pruner,
         direction="maximize",
         load_if_exists=True,
     )
-    return study
+
+
+def make_sampler(budget: Budget, seed: int) -> optuna.samplers.TPESampler:
+    """The budget's TPE sampler, seeded with `seed`."""
+    return optuna.samplers.TPESampler(
+        seed=seed,
+        n_startup_trials=budget.startup_trials,
+        multivariate=True,
+        constant_liar=True,  # parallel workers do not all sample next to the same best trial
+    )
+
+
+def stream_seed(seed: int, started: int, worker: int) -> int:
+    """The sampler seed of worker `worker` (0 locally, the array index on Slurm) when it joins a
+    study in which `started` trials have begun.
+
+    The first worker of a new study keeps the budget's own seed, so a study run in one go
+    proposes what it always did; any other gets a stream of its own, mixed from all three: a
+    resumed study, or a second worker, would otherwise replay the draws that already ran.
+    """
+    if started == 0 and worker == 0:
+        return seed
+    return int(np.random.SeedSequence([seed % 2**32, started, worker]).generate_state(1)[0])
+
+
+Setting = tuple[tuple[str, Any], ...]
+
+
+def setting(trial: FrozenTrial | optuna.Trial) -> Setting:
+    """What a trial tries: its values by name, in a comparable form."""
+    return tuple(sorted(trial.params.items()))
+
+
+def _spending(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """The trials that spend the budget: finished (complete, pruned, failed by an error) or
+    running; not waiting, not a failure whose setting was enqueued again after its worker died,
+    not a redrawn proposal."""
+    retried = {t.user_attrs[RETRY_OF] for t in trials if RETRY_OF in t.user_attrs}
+    return [
+        t
+        for t in trials
+        if t.state != TrialState.WAITING
+        and not (
+            t.state == TrialState.FAIL and (t.number in retried or DUPLICATE_OF in t.user_attrs)
+        )
+    ]
+
+
+def counted(study: optuna.Study) -> int:
+    """The distinct settings that spend the budget (`_spending`); two trials of one setting
+    count once, so a study that repeated settings before redrawing existed runs on to its
+    full budget of distinct ones when resumed."""
+    return len({setting(t) for t in _spending(study.get_trials(deepcopy=False))})
+
+
+class Proposer:
+    """Asks a study for trials whose setting no finished or running trial has.
+
+    Called under the budget lock by every worker of one process (threads share it). Its first
+    call seeds the study's sampler from the trials begun so far (`stream_seed`); each call
+    then asks with every distribution of `space` at once, so the values are known before the
+    trial runs, and redraws a proposal that repeats a setting.
+    """
+
+    def __init__(
+        self, budget: Budget, space: Mapping[str, BaseDistribution], worker: int = 0
+    ) -> None:
+        self.budget, self.space, self.worker = budget, dict(space), worker
+        self._seeded = False
+
+    def ask(self, study: optuna.Study) -> optuna.Trial:
+        """A new trial, its values drawn. Raises RuntimeError when MAX_REDRAWS proposals in a
+        row repeat settings: the space holds fewer distinct settings than the budget."""
+        trials = study.get_trials(deepcopy=False)
+        if not self._seeded:
+            started = sum(t.state != TrialState.WAITING for t in trials)
+            seed = stream_seed(self.budget.sampler_seed, started, self.worker)
+            study.sampler = make_sampler(self.budget, seed)
+            self._seeded = True
+        taken = {setting(t): t for t in _spending(trials)}
+        for _ in range(MAX_REDRAWS):
+            trial = study.ask(self.space)
+            same = taken.get(setting(trial))
+            if same is None:
+                return trial
+            trial.set_user_attr(DUPLICATE_OF, same.number)
+            trial.set_user_attr(
+                "error", f"redrawn: trial {same.number} ({same.state.name}) has this setting"
+            )
+            study.tell(trial, state=TrialState.FAIL)
+        raise RuntimeError(
+            f"study {study.study_name}: {MAX_REDRAWS} proposals in a row repeated settings "
+            f"already tried, so its space holds fewer distinct settings than the budget of "
+            f"{self.budget.trials}; widen the space or lower the trials"
+        )
 
 
 @contextlib.contextmanager
@@ -115,18 +213,6 @@ def _rdb_lock_path(url: str) -> str:
     folder = Path(".circlebench-tune-locks")
     folder.mkdir(exist_ok=True)
     return str(folder / url.replace("/", "_").replace(":", "_"))
-
-
-def counted(study: optuna.Study) -> int:
-    """Trials that spend the budget: finished (complete, pruned, failed, but not a failure
-    whose setting was enqueued again after its worker died) and running (alive: stale ones are
-    recovered first)."""
-    trials = study.get_trials(deepcopy=False)
-    retried = {t.user_attrs[RETRY_OF] for t in trials if RETRY_OF in t.user_attrs}
-    return sum(
-        t.state != TrialState.WAITING and not (t.state == TrialState.FAIL and t.number in retried)
-        for t in trials
-    )
 
 
 def recover_stale(study: optuna.Study, me: Worker, now: float | None = None) -> list[int]:
@@ -211,14 +297,15 @@ Done = Callable[[optuna.Study, FrozenTrial], None]
 def work(
     study: optuna.Study,
     storage_url: str,
-    budget: Budget,
+    proposer: Proposer,
     objective: Objective,
     heartbeat: Heartbeat,
     *,
     stop: threading.Event,
     done: Done | None = None,
 ) -> None:
-    """Run trials of `study` until it has `budget.trials` (the loop in the module docstring).
+    """Run trials of `study` until it has `proposer.budget.trials` distinct settings (the loop
+    in the module docstring); threads of one process share `proposer`.
 
     Once `stop` is set (Ctrl-C), a trial that then ends in an error is left RUNNING, not
     failed: its folds were killed, so a later `tune` recovers it as interrupted and reruns it.
@@ -227,9 +314,9 @@ def work(
     while not stop.is_set():
         with budget_lock(storage_url):
             recover_stale(study, me)
-            if counted(study) >= budget.trials:
+            if counted(study) >= proposer.budget.trials:
                 return
-            trial = study.ask()
+            trial = proposer.ask(study)
             for key, value in me.attrs().items():
                 trial.set_user_attr(key, value)
         heartbeat.add(trial)

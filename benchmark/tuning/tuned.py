@@ -7,8 +7,9 @@ For a suite group's loss they live in `experiments/tuned/<group>/`:
 - `<loss>.json`: the summary: what was tuned (config, its SHA-256 and the group's overrides:
   a tuned cell refuses a file tuned for another recipe), the budget, trial counts, the best,
   median and default trials' validation scores (how hard the loss was to tune);
-- `<loss>.trials.csv`: every trial (number, state, value, chosen epoch, fold values,
-  parameters, seconds, error), from which boards draw the optimisation history.
+- `<loss>.trials.csv`: every trial that ran (number, state, value, chosen epoch, fold values,
+  parameters, seconds, error), from which boards draw the optimisation history; a redrawn
+  proposal, which never ran, is only counted in the summary.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from benchmark.training.atomic import write_text
 from benchmark.tuning.experiment import Budget, Experiment
-from benchmark.tuning.study import DEFAULT, RETRY_OF
+from benchmark.tuning.study import DEFAULT, DUPLICATE_OF, RETRY_OF
 
 TUNED_DIR = Path("experiments/tuned")
 
@@ -162,7 +163,7 @@ def trials_csv(trials: list[FrozenTrial], experiment: Experiment) -> str:
     head = ["number", "state", "value", "best_epoch", "fold_values", *names, "seconds"]
     writer.writerow([*head, "default", "retry_of", "error"])
     for t in trials:
-        if t.state in (TrialState.WAITING, TrialState.RUNNING):
+        if t.state in (TrialState.WAITING, TrialState.RUNNING) or DUPLICATE_OF in t.user_attrs:
             continue
         writer.writerow(
             [
@@ -187,12 +188,13 @@ def _values(trials: list[FrozenTrial]) -> list[float]:
 
 def _counts(trials: list[FrozenTrial]) -> dict[str, int]:
     retried = {t.user_attrs[RETRY_OF] for t in trials if RETRY_OF in t.user_attrs}
-    failed = [t for t in trials if t.state == TrialState.FAIL]
+    failed = [t for t in trials if t.state == TrialState.FAIL and DUPLICATE_OF not in t.user_attrs]
     return {
         "complete": sum(t.state == TrialState.COMPLETE for t in trials),
         "pruned": sum(t.state == TrialState.PRUNED for t in trials),
         "failed": sum(t.number not in retried for t in failed),
         "interrupted": sum(t.number in retried for t in failed),
+        "redrawn": sum(DUPLICATE_OF in t.user_attrs for t in trials),
     }
 
 

@@ -82,7 +82,13 @@ def test_tune_writes_a_setting_that_fit_accepts(
         ]
     )
     summary = json.loads((tmp_path / "circle_class.json").read_text())
-    assert summary["trials"] == {"complete": 2, "pruned": 0, "failed": 0, "interrupted": 0}
+    assert summary["trials"] == {
+        "complete": 2,
+        "pruned": 0,
+        "failed": 0,
+        "interrupted": 0,
+        "redrawn": 0,
+    }
     assert summary["budget"]["folds"] == 2 and summary["default"]["number"] in (0, 1)
     assert summary["default"]["params"]["m"] == 0.4  # the configured setting was tried
     tuned = yaml.safe_load((tmp_path / "circle_class.yaml").read_text())

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
 from benchmark.tuning.experiment import Budget
@@ -27,6 +28,7 @@ from benchmark.tuning.study import (
     RETRY_OF,
     STALE_S,
     Heartbeat,
+    Proposer,
     Worker,
     counted,
     create_study,
@@ -37,6 +39,7 @@ from benchmark.tuning.study import (
 )
 
 BUDGET = Budget(trials=6, folds=2, max_epochs=1, startup_trials=2)
+SPACE = {"x": FloatDistribution(0.0, 1.0)}
 
 
 def _study(storage: str, budget: Budget = BUDGET) -> optuna.Study:
@@ -47,10 +50,13 @@ def _value(trial: optuna.Trial) -> float:
     return trial.suggest_float("x", 0.0, 1.0)
 
 
-def _run(storage: str, objective=_value, budget: Budget = BUDGET, stop=None) -> optuna.Study:
+def _run(
+    storage: str, objective=_value, budget: Budget = BUDGET, stop=None, space=None, worker=0
+) -> optuna.Study:
     study = _study(storage, budget)
+    proposer = Proposer(budget, space or SPACE, worker)
     with Heartbeat() as beat:
-        work(study, storage, budget, objective, beat, stop=stop or threading.Event())
+        work(study, storage, proposer, objective, beat, stop=stop or threading.Event())
     return study
 
 
@@ -83,10 +89,11 @@ def test_two_processes_on_one_journal_run_the_budget_once(tmp_path: Path) -> Non
 def test_threads_of_one_process_share_the_budget(tmp_path: Path) -> None:
     storage = str(tmp_path / "study.journal")
     study, stop = _study(storage), threading.Event()
+    proposer = Proposer(BUDGET, SPACE)
     with Heartbeat() as beat:
         threads = [
             threading.Thread(
-                target=work, args=(study, storage, BUDGET, _value, beat), kwargs={"stop": stop}
+                target=work, args=(study, storage, proposer, _value, beat), kwargs={"stop": stop}
             )
             for _ in range(3)
         ]
