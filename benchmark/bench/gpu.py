@@ -157,8 +157,14 @@ def without_cpu_faiss(steps: list[Step]) -> list[Step]:
     from benchmark.evaluation.faiss_blocks import faiss_has_gpu, import_faiss
 
     kept = [s for s in steps if s.path not in ("faiss", "faiss-top-k")]
-    # a plan without faiss steps (--skip eval) needs no faiss installed
-    if len(kept) < len(steps) and not faiss_has_gpu(import_faiss()):
+    if len(kept) == len(steps):  # a plan without faiss steps (--skip eval) needs no faiss
+        return steps
+    try:
+        faiss = import_faiss()
+    except ImportError as error:  # missing, or faiss-cpu beside faiss-gpu: the fix is in it
+        print(f"{error}; the faiss steps are left out")
+        return kept
+    if not faiss_has_gpu(faiss):
         print(
             "faiss here has no GPU support, so its steps are left out; for them keep one faiss: "
             'pip uninstall -y faiss-cpu && pip install "circlebench[gpu]"'

@@ -66,6 +66,7 @@ def test_faiss_steps_leave_the_plan_when_faiss_has_no_gpu(
     from benchmark.evaluation import faiss_blocks
 
     steps = gpu.plan(gpu.parse(["--skip", "train", "--skip", "loaders"]))
+    monkeypatch.setattr(faiss_blocks, "import_faiss", lambda: object())  # any faiss build
     monkeypatch.setattr(faiss_blocks, "faiss_has_gpu", lambda faiss: False)
     kept = gpu.without_cpu_faiss(steps)
     assert [s.path for s in kept] == ["float32", "float16", "bfloat16", "auto"] * 2
@@ -74,11 +75,13 @@ def test_faiss_steps_leave_the_plan_when_faiss_has_no_gpu(
     assert gpu.without_cpu_faiss(steps) == steps
 
     def no_faiss() -> None:
-        raise ImportError("no faiss installed")
+        raise ImportError('faiss is not installed; pip install "circlebench[gpu]"')
 
-    monkeypatch.setattr(faiss_blocks, "import_faiss", no_faiss)  # --skip eval needs none
+    monkeypatch.setattr(faiss_blocks, "import_faiss", no_faiss)
+    assert gpu.without_cpu_faiss(steps) == kept  # no faiss at all: its steps go, with the fix
+    assert "faiss is not installed" in capsys.readouterr().out
     train = gpu.plan(gpu.parse(["--skip", "eval"]))
-    assert gpu.without_cpu_faiss(train) == train
+    assert gpu.without_cpu_faiss(train) == train  # --skip eval needs none
 
 
 def test_skipped_sections_and_chosen_cases_leave_the_plan() -> None:
@@ -127,6 +130,7 @@ def test_the_dispatcher_knows_it(capsys: pytest.CaptureFixture[str]) -> None:
     assert stop.value.code == 0 and "--skip" in capsys.readouterr().out
 
 
+@pytest.mark.faiss  # its faiss-top-k peer
 def test_the_runner_measures_on_the_cpu_too(monkeypatch: pytest.MonkeyPatch) -> None:
     """The measuring code is device-generic: its evaluation and loader steps, small, on the CPU
     (the evaluator's answer is checked against its CPU reference)."""

@@ -23,8 +23,6 @@ if torch.cuda.is_available() and HAS_FAISS and faiss_has_gpu(import_faiss()):
 
 def force(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Make `path` run as named where a choice would otherwise be measured or detected."""
-    if path.endswith("faiss") and not HAS_FAISS:
-        pytest.skip('faiss is not installed: pip install -e ".[cpu]"')
     if path == "int8-emulated":
         monkeypatch.setattr(arithmetic, "_has_fbgemm", lambda: False)
     elif path == "int8" and not arithmetic._has_fbgemm():

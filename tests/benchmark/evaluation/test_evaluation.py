@@ -198,8 +198,8 @@ def test_same_set_hand_computed_with_singleton_skipped() -> None:
     assert ev.last_backend == "torch-cpu-float32"
 
 
+@pytest.mark.faiss  # NMI's k-means
 def test_nmi_of_separated_clusters_is_one() -> None:
-    pytest.importorskip("faiss")  # NMI's k-means
     centres = torch.eye(4) * 10
     labels = torch.arange(4).repeat_interleave(50)
     emb = centres[labels] + 0.01 * torch.randn(200, 4, generator=torch.Generator().manual_seed(0))
