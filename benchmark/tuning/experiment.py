@@ -27,8 +27,9 @@ class Budget:
     """What every loss of a group gets: the same trials, folds, epoch cap, metric and sampler.
 
     Args:
-        trials: finished trials per study (complete, pruned or failed); a trial interrupted by a
-            dead worker is run again and not counted.
+        trials: distinct settings per study that finished (complete, pruned or failed); a
+            trial interrupted by a dead worker is run again and not counted, a proposal that
+            repeats a setting is redrawn (`study.Proposer`).
         folds: class-disjoint folds of the training classes (each trial trains K times).
         max_epochs: epoch cap of every fold; the epoch is chosen on validation below it.
         metric: the validation metric maximised, as the evaluator names it (`MAP@R`).
