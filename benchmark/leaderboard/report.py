@@ -63,13 +63,12 @@ def report_html(
     studies: dict[str, GroupStudies] | None = None,
 ) -> str:
     """The whole page as a string (see the module docstring)."""
-    shas = sorted({str(s) for s in rows.get("git_sha", []) if str(s)})
     facts = [("numerics fingerprint", fingerprint or "not recorded")]
-    facts += [("git revision" + ("s" if len(shas) > 1 else ""), ", ".join(shas) or "unknown")]
     body = [f"<h1>{_e(title)}</h1>"]
     if description:
         body.append(f"<p>{_e(description)}</p>")
     body.append(_facts(facts))
+    body.append(provenance(rows))
     body.append(
         "<p class='note'>Metrics in percent: mean ± half-width of the 95 % Student-t "
         "confidence interval over seeds (none for one seed). Click a column header to sort.</p>"
@@ -181,6 +180,31 @@ def _plain_table(head: list[str], rows: list[list[str]]) -> str:
 def _td(text: str, sort: str | float | None = None, *, wrap: bool = False) -> str:
     key = text if sort is None else (f"{sort:.6g}" if isinstance(sort, float) else sort)
     return f"<td data-sort='{_e(key)}'{' class=wrap' if wrap else ''}>{_e(text)}</td>"
+
+
+def provenance(rows: pd.DataFrame) -> str:
+    """One line on the code that made the rows (how many revisions, how many rows from
+    uncommitted code), the revisions themselves folded away with their row counts."""
+    shas = pd.Series([str(s) for s in rows.get("git_sha", []) if str(s) not in ("", "nan")])
+    if shas.empty:
+        return "<p class='note'>Code revision: not recorded.</p>"
+    counts = shas.value_counts()
+    dirty = int(sum(n for sha, n in counts.items() if str(sha).endswith("+dirty")))
+    line = (
+        f"Code: {len(counts)} revision{'s' if len(counts) > 1 else ''} made the "
+        f"{len(shas)} rows"
+        + (
+            f"; {dirty} row{'s' if dirty > 1 else ''} from uncommitted code (+dirty)"
+            if dirty
+            else "; all committed"
+        )
+        + "."
+    )
+    items = "".join(
+        f"<li><code>{_e(str(sha))}</code>: {n} row{'s' if n > 1 else ''}</li>"
+        for sha, n in counts.items()
+    )
+    return f"<details class='note'><summary>{_e(line)}</summary><ul>{items}</ul></details>"
 
 
 def _facts(facts: list[tuple[str, str]]) -> str:

@@ -248,23 +248,29 @@ def read_results(path: str | Path) -> pd.DataFrame:
     return rows
 
 
+# What a run writes or a reader edits without changing what a run computes: a checkout whose
+# only changes lie here is not dirty (a run rewrites the committed results files itself).
+NOT_CODE = (":(exclude)results", ":(exclude)docs", ":(exclude,glob)**/*.md")
+
+
 def git_sha(cwd: str | Path | None = None) -> str:
-    """HEAD of the checkout holding this package (`+dirty` if modified); "" outside git."""
+    """HEAD of the checkout holding this package, `+dirty` when a tracked file that can change
+    a run (anything but `NOT_CODE`: results, the manual, Markdown) differs from it; "" outside
+    git."""
     cwd = Path(cwd) if cwd is not None else Path(__file__).resolve().parent
     try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        top = _git(cwd, "rev-parse", "--show-toplevel")
+        sha = _git(cwd, "rev-parse", "HEAD")
+        dirty = _git(Path(top), "status", "--porcelain", "--untracked-files=no", "--", *NOT_CODE)
     except (OSError, subprocess.CalledProcessError):
         return ""
     return sha + ("+dirty" if dirty else "")
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def config_hash(config: dict) -> str:

@@ -90,3 +90,16 @@ def test_the_page_in_a_headless_browser(report: Path, tmp_path: Path) -> None:
     assert problems == []
     assert [url for url in fetched if not url.startswith(("file:", "data:"))] == []
     assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def test_provenance_is_one_line_with_the_revisions_folded_away() -> None:
+    import pandas as pd
+
+    from benchmark.leaderboard.report import provenance
+
+    rows = pd.DataFrame({"git_sha": ["a" * 40] * 3 + ["b" * 40 + "+dirty", ""]})
+    text = provenance(rows)
+    assert "<summary>Code: 2 revisions made the 4 rows; 1 row from uncommitted code" in text
+    assert f"<li><code>{'a' * 40}</code>: 3 rows</li>" in text
+    assert "all committed" in provenance(rows.iloc[:3])
+    assert "not recorded" in provenance(pd.DataFrame({"x": [1]}))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import multiprocessing as mp
 import os
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -136,6 +137,31 @@ def test_git_sha_is_a_commit_of_this_checkout_or_empty_outside_git(tmp_path: Pat
     sha = git_sha()
     assert sha == "" or len(sha.removesuffix("+dirty")) == 40
     assert git_sha(tmp_path) == ""
+
+
+def test_a_checkout_is_dirty_only_when_what_runs_differs(tmp_path: Path) -> None:
+    """A run rewrites the committed results files itself, and the manual does not run: neither
+    makes its rows `+dirty`; a changed config or module does."""
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    for name in ("results/rows.csv", "docs/page.md", "README.md", "experiments/c.yaml", "m.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("committed\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c")
+    clean = git_sha(tmp_path / "docs")  # any folder of the checkout
+    assert len(clean) == 40
+    for name in ("results/rows.csv", "docs/page.md", "README.md"):
+        (tmp_path / name).write_text("a run, or a reader, changed this\n")
+    (tmp_path / "untracked.py").write_text("not committed, not imported\n")
+    assert git_sha(tmp_path) == clean
+    for name in ("experiments/c.yaml", "m.py"):
+        (tmp_path / name).write_text("changed\n")
+        assert git_sha(tmp_path) == clean + "+dirty"
+        git("checkout", "-q", "--", name)
 
 
 def test_result_row_reads_the_objects_that_ran() -> None:
