@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 
 from benchmark.collector import import_frozen
+from benchmark.errors import short_errors, take_debug_flag
 from benchmark.manual import PAGES, page_url
 
 # command -> (module whose `main(argv)` runs it, one line for `circlebench --help`)
@@ -62,9 +63,20 @@ def forks_runs_here(command: str, args: list[str]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the sub-command named by the first argument."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    """Run the sub-command named by the first argument. From the shell (`argv` None) a
+    mistake gets a short answer (`benchmark.errors`; `--debug` anywhere shows the traceback)."""
+    args = take_debug_flag(list(sys.argv[1:] if argv is None else argv))
+    if argv is None:
+        sys.argv = [sys.argv[0], *args]  # LightningCLI reads it: --debug is not its option
     command = args[0] if args else ""
+    if argv is not None:  # a caller in Python (a test, a notebook) gets the exception itself
+        _run(command, args, from_shell=False)
+        return
+    with short_errors(f"circlebench {command}".strip()):
+        _run(command, args, from_shell=True)
+
+
+def _run(command: str, args: list[str], *, from_shell: bool) -> None:
     if command in ("-h", "--help"):
         print(usage())
         return
@@ -79,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     if command in TRAINING:
         # From the shell, LightningCLI reads sys.argv itself: handed the same words as `args`
         # it would warn on every run that both were given.
-        module.main(None if argv is None else args)
+        module.main(None if from_shell else args)
     else:
         module.main(args[1:])
 

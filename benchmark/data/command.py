@@ -18,6 +18,7 @@ from PIL import Image, ImageFile
 from rich.console import Console
 from rich.table import Table
 
+from benchmark.errors import ArgumentParser
 from benchmark.manual import manual_line
 from datamodules.base import Split
 from datamodules.catalog import DATASETS, datamodule_class
@@ -27,7 +28,7 @@ SHOWN = 20  # missing / unreadable files listed by name; the rest are counted
 
 def _parser() -> argparse.ArgumentParser:
     epilog = manual_line("data")
-    parser = argparse.ArgumentParser(prog="circlebench data", description=__doc__, epilog=epilog)
+    parser = ArgumentParser(prog="circlebench data", description=__doc__, epilog=epilog)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser(
         "list", help="the datasets, their protocol and official split sizes", epilog=epilog

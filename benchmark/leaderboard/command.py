@@ -21,6 +21,7 @@ import pandas as pd
 from rich.console import Console
 
 from benchmark.devices import usable_cores
+from benchmark.errors import ArgumentParser
 from benchmark.leaderboard import numerics
 from benchmark.leaderboard.aggregate import aggregate_rows, read_leaderboard, write_csv
 from benchmark.leaderboard.cells import CellRunner, CellSettings, Launcher, RunSummary
@@ -59,7 +60,7 @@ DEFAULT_ISOLATION = "fork" if fork_available() else "subprocess"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="circlebench leaderboard",
         description="Run a suite (experiments/suites/NAME.yaml) and write its leaderboard.",
         epilog=manual_line("leaderboard"),
@@ -188,6 +189,12 @@ def build(
         rows
     )  # rows are in the order cells finished; the suite's order reads better
     board = board.sort_values("experiment", key=lambda s: s.map(order)) if len(board) else board
+    if board.empty and not run:  # --aggregate-only, before any run wrote a row
+        raise FileNotFoundError(
+            f"no rows for suite {suite.name!r} in {rows_csv}: nothing to aggregate; run "
+            f"`circlebench leaderboard --suite {suite.name}` first (or pass the "
+            "folder that holds its rows with --results-dir)"
+        )
     if board.empty:
         console.print(f"no rows for suite {suite.name!r} in {rows_csv}; nothing to aggregate")
         return board, summary

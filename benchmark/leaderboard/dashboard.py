@@ -34,6 +34,7 @@ import pandas as pd
 import wandb_workspaces.reports.v2 as wr
 from wandb_workspaces import expr
 
+from benchmark.errors import ArgumentParser
 from benchmark.evaluation.metrics import metric_columns
 from benchmark.leaderboard.aggregate import TUNED, aggregate_rows
 from benchmark.leaderboard.run_logs import experiments, logged_columns
@@ -231,7 +232,7 @@ def view_spec(view: wr.Report) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="circlebench dashboard",
         description="Write a suite's W&B view as JSON; --publish saves it to W&B.",
         epilog=manual_line("dashboard"),

@@ -48,8 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import yaml
-
+from benchmark.errors import read_yaml
 from benchmark.tuning.experiment import Budget
 from benchmark.tuning.tuned import group_files, recipe
 
@@ -213,7 +212,7 @@ def load_suite(name: str, root: Path = Path("."), seeds: list[int] | None = None
             f"unknown suite {name!r}; choose one of {suite_names(root)} "
             f"(read from {(root / SUITES_DIR).resolve()}; run from the repository root)"
         )
-    spec = yaml.safe_load(path.read_text()) or {}
+    spec = read_yaml(path) or {}
     _check_keys(spec, _SUITE_KEYS, f"{path}")
     if not spec.get("groups"):
         raise ValueError(f"{path}: no `groups:`; a suite needs at least one group of configs")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,11 +91,32 @@ class CheckpointInfo:
 
     @staticmethod
     def read(path: str | Path) -> CheckpointInfo:
-        state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        state = load_checkpoint(path)
         # Lightning's "epoch" is the index of the epoch being trained when it saved, the same
         # before and after that epoch's end; the loop's progress counts finished epochs.
         progress = state["loops"]["fit_loop"]["epoch_progress"]["total"]
         return CheckpointInfo(str(path), int(progress["processed"]), int(state["global_step"]))
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A Lightning checkpoint's contents (memory-mapped). Raises ValueError naming the file
+    when it is not a PyTorch checkpoint (corrupt, truncated, another format) or not one that
+    Lightning wrote (no `state_dict`, `hyper_parameters` or loop progress)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError) as error:
+        first = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+        raise ValueError(
+            f"{path} is not a PyTorch checkpoint that can be read ({first}); pass a .ckpt that "
+            "`circlebench fit` wrote (<run folder>/checkpoints/last.ckpt) or the run folder"
+        ) from None
+    missing = [k for k in ("state_dict", "hyper_parameters", "loops") if k not in state]
+    if not isinstance(state, dict) or missing:
+        raise ValueError(
+            f"{path} is not a checkpoint of `circlebench fit` (it lacks {missing or 'a dict'}); "
+            "pass a .ckpt that a fit wrote (<run folder>/checkpoints/last.ckpt) or the run folder"
+        )
+    return state
 
 
 def resumable_run(runs: Path, key: str, config_key: Any) -> Path:
@@ -126,7 +148,7 @@ def check_matches_config(ckpt_path: str | Path, config: dict[str, Any], *, train
     loader settings, and P, K and the epoch length unless `training`) may differ: the config's
     values are the ones used.
     """
-    state = torch.load(ckpt_path, map_location="cpu", weights_only=False, mmap=True)
+    state = load_checkpoint(ckpt_path)
     model = state.get("hyper_parameters", {})
     data = dict(state.get("datamodule_hyper_parameters", {}))
     problems = []

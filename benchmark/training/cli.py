@@ -10,6 +10,7 @@ appends one too. `python -m benchmark.training.cli fit ...` is the same without 
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import sys
 import time
@@ -20,6 +21,7 @@ from typing import Any, NoReturn
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import Logger
 
+from benchmark.errors import class_hint, debugging, read_yaml, shortened
 from benchmark.manual import manual_line
 from benchmark.training.checkpoints import (
     LAST,
@@ -87,7 +89,18 @@ class CircleBenchParser(LightningArgumentParser):
             )
         # A nested parser (the adapter's own arguments) may have added them already.
         message += "".join(f"\n{hint}" for hint in hints if hint not in message)
-        super().error(message, ex)
+        if not self.exit_on_error or debugging():
+            super().error(message, ex)
+        # The message and where the options are, without jsonargparse's 60 lines of usage.
+        parser = getattr(ex, "subcommand_parser", None) or self
+        prog = parser.prog.replace(" [options]", "")
+        classes = class_hint(message)  # an unknown class: the key, the cause, the choices
+        if classes:
+            lines = message.splitlines()
+            message = "\n".join([lines[0], *[x.strip() for x in lines if "no attribute" in x]])
+        hint = "\n".join([*([classes] if classes else []), f"({prog} --help)"])
+        sys.stderr.write(shortened(f"{prog}: error: {message}", hint) + "\n")
+        self.exit(2)
 
 
 class CircleBenchCLI(LightningCLI):
@@ -98,7 +111,8 @@ class CircleBenchCLI(LightningCLI):
     ) -> None:
         """Parse `args` and run the sub-command; `parse_only` stops before building anything."""
         self.parse_only = parse_only
-        defaults = {"default_config_files": [str(BASE_CONFIG)]}
+        # allow_abbrev: `--trainer.max_epoch=3` is an error, not `max_epochs` taken silently.
+        defaults = {"default_config_files": [str(BASE_CONFIG)], "allow_abbrev": False}
         try:
             super().__init__(
                 MetricLearningModule,
@@ -107,7 +121,8 @@ class CircleBenchCLI(LightningCLI):
                 save_config_callback=ConfigToLoggersCallback,
                 save_config_kwargs={"overwrite": True},
                 parser_kwargs={
-                    name: {**defaults, "epilog": manual_line(name)} for name in self.subcommands()
+                    "allow_abbrev": False,  # the sub-commands' parsers take it from here
+                    **{n: {**defaults, "epilog": manual_line(n)} for n in self.subcommands()},
                 }
                 if run
                 else defaults,
@@ -165,6 +180,9 @@ class CircleBenchCLI(LightningCLI):
         )
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
+        problem = yaml_problem(config_files(sys.argv[1:] if args is None else args))
+        if problem:  # jsonargparse would name the file `<unicode string>`
+            parser.error(problem)
         if args is None:
             super().parse_arguments(parser, args)
         else:  # Given words, LightningCLI warns if sys.argv holds others too: a leaderboard's
@@ -373,3 +391,22 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def config_files(words: list[str]) -> list[Path]:
+    """The files given to `--config` in `words` (either `--config F` or `--config=F`)."""
+    files = [w.split("=", 1)[1] for w in words if w.startswith("--config=")]
+    files += [b for a, b in itertools.pairwise(words) if a == "--config"]
+    return [Path(f) for f in files]
+
+
+def yaml_problem(files: list[Path]) -> str:
+    """Why the first config file that does not parse is not valid YAML (`read_yaml`); "" when
+    all do (a missing file is the parser's to report)."""
+    for file in files:
+        if file.is_file():
+            try:
+                read_yaml(file)
+            except ValueError as error:
+                return str(error)
+    return ""

@@ -31,6 +31,7 @@ import pandas as pd
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from benchmark.errors import ArgumentParser
 from benchmark.leaderboard.runner import end_running_cells, run_forked, terminal_console
 from benchmark.leaderboard.slurm_options import (
     add_launcher_argument,
@@ -77,7 +78,7 @@ class Task:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="circlebench tune",
         description="Tune a loss's hyper-parameters with an equal budget on class-disjoint "
         "folds of the training classes (Optuna TPE; the test set is never built). "

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import yaml
+
+from benchmark.errors import read_yaml
 
 SPACES_DIR = Path("experiments/spaces")
 TRAINING = "training"  # the shared knobs' file stem
@@ -109,7 +110,7 @@ def load_space(file: Path) -> SearchSpace:
             f"`training:` knobs; see {SPACES_DIR}/circle.yaml and docs/guides/tuning.md) or "
             "pass --space FILE"
         )
-    spec = yaml.safe_load(file.read_text()) or {}
+    spec = read_yaml(file) or {}
     unknown = sorted(set(spec) - {"loss", "params", "training"})
     if unknown or not isinstance(spec.get("loss"), str):
         raise ValueError(
@@ -133,7 +134,7 @@ def load_space(file: Path) -> SearchSpace:
 def _training_knobs(file: Path) -> dict[str, Parameter]:
     if not file.is_file():
         raise FileNotFoundError(f"the shared training knobs file {file} is missing")
-    spec = yaml.safe_load(file.read_text()) or {}
+    spec = read_yaml(file) or {}
     knobs = {}
     for name, rng in spec.items():
         if not isinstance(rng, dict) or "path" not in rng:
