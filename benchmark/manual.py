@@ -26,6 +26,7 @@ PAGES = {
     "bench eval": "benchmarks/evaluation.md",
     "bench train": "benchmarks/training.md",
     "bench gpu": "benchmarks/gpu.md",
+    "bench backbones": "benchmarks/training.md",
 }
 
 

@@ -1,4 +1,4 @@
-"""Benchmarks (not tests): `python -m benchmark.bench {losses,data,eval,train,gpu}`.
+"""Benchmarks (not tests): `python -m benchmark.bench {losses,data,eval,train,gpu,backbones}`.
 
 Each prints its figures next to a plain baseline measured in the same run, because the
 machines are noisy and only the ratio is comparable across runs.
@@ -19,6 +19,7 @@ BENCHMARKS = {
     "eval": ("retrieval evaluation time and peak memory vs full sort", "benchmark.bench.eval"),
     "train": ("training images/s for the default CPU config", "benchmark.bench.train"),
     "gpu": ("a paper config's training, loaders and evaluator on CUDA", "benchmark.bench.gpu"),
+    "backbones": ("training and extraction images/s per backbone", "benchmark.bench.backbones"),
 }
 
 

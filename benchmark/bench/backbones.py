@@ -1,0 +1,181 @@
+"""`python -m benchmark.bench backbones`: training and extraction images/s per backbone.
+
+A plain PyTorch loop over one batch of random images held on the device (no loader, no
+Lightning): forward, an L2-normalised 512-D projection, Circle loss, backward and an AdamW
+step; then `torch.no_grad` extraction of the same batch. It measures what the device itself
+does with each backbone: the figure that turns a suite's images into GPU-hours (`--csv` appends
+the rows, with their device, torch version and date, to a file such as `results/throughput.csv`).
+
+Backbones are built without weights (`timm.create_model(name, pretrained=False)`, our
+BN-Inception): the speed of a network does not depend on its weights. ViTs are built at the
+asked image size (timm's `img_size`), so a DINOv2 ViT-S/14 at 224 px sees 16 x 16 patches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from benchmark.manual import manual_line
+
+DEFAULT_BACKBONES = (
+    "bninception",
+    "resnet50",
+    "vit_small_patch16_224",
+    "vit_small_patch14_dinov2",
+    "vit_base_patch14_dinov2",
+)
+COLUMNS = (
+    "backbone",
+    "device",
+    "precision",
+    "image_size",
+    "batch",
+    "train_images_per_s",
+    "extract_images_per_s",
+    "torch",
+    "date",
+    "source",
+)
+
+
+def build(name: str, image_size: int) -> nn.Module:
+    """The backbone `name` without weights, returning pooled features [B, C]."""
+    if name == "bninception":
+        from benchmark.training.bninception import BNInception
+
+        return _Pooled(BNInception())
+    import timm
+
+    kwargs: dict[str, Any] = {"img_size": image_size} if "vit" in name or "deit" in name else {}
+    return timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
+
+
+class _Pooled(nn.Module):
+    def __init__(self, backbone: nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.num_features = backbone.num_features
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.backbone.forward_features(x).mean(dim=(2, 3))  # type: ignore[operator]
+
+
+def pair_loss(embeddings: Tensor, labels: Tensor, gamma: float = 80.0, m: float = 0.4) -> Tensor:
+    """Circle loss (Sun et al., CVPR 2020, Eq. 6) on the batch: the cost a training step pays."""
+    z = F.normalize(embeddings.float(), dim=1)
+    s = z @ z.T
+    same = labels[:, None] == labels[None, :]
+    eye = torch.eye(len(labels), dtype=torch.bool, device=z.device)
+    pos, neg = same & ~eye, ~same
+    ap = (1 + m - s).clamp_min(0).detach()
+    an = (s + m).clamp_min(0).detach()
+    logit_p = torch.where(pos, -gamma * ap * (s - (1 - m)), -torch.inf)
+    logit_n = torch.where(neg, gamma * an * (s - m), -torch.inf)
+    return F.softplus(torch.logsumexp(logit_n, 1) + torch.logsumexp(logit_p, 1)).mean()
+
+
+def images_per_s(step: Callable[[], object], batch: int, steps: int, warmup: int, sync) -> float:
+    for _ in range(warmup):
+        step()
+    sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    return batch * steps / (time.perf_counter() - start)
+
+
+def measure(name: str, args: argparse.Namespace, device: torch.device) -> dict[str, object]:
+    """One backbone's training and extraction rates on `device`."""
+    torch.manual_seed(0)
+    backbone = build(name, args.image_size).to(device)
+    head = nn.Linear(int(backbone.num_features), 512).to(device)  # type: ignore[arg-type]
+    if device.type == "cuda" and "vit" not in name:
+        backbone = backbone.to(memory_format=torch.channels_last)
+    params = [*backbone.parameters(), *head.parameters()]
+    optimiser = torch.optim.AdamW(params, lr=1e-5)
+    images = torch.rand(args.batch, 3, args.image_size, args.image_size, device=device)
+    labels = torch.arange(args.batch, device=device) // 4  # P x 4 images a class
+    bf16 = args.precision == "bf16-mixed"
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def autocast():
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
+
+    def train_step() -> None:
+        optimiser.zero_grad(set_to_none=True)
+        with autocast():
+            loss = pair_loss(head(backbone(images)), labels)
+        loss.backward()
+        optimiser.step()
+
+    def extract_step() -> None:
+        with torch.no_grad(), autocast():
+            head(backbone(images))
+
+    backbone.train()
+    train = images_per_s(train_step, args.batch, args.steps, args.warmup, sync)
+    backbone.eval()
+    extract = images_per_s(extract_step, args.batch, args.steps, args.warmup, sync)
+    return {
+        "backbone": name,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "precision": args.precision,
+        "image_size": args.image_size,
+        "batch": args.batch,
+        "train_images_per_s": round(train, 1),
+        "extract_images_per_s": round(extract, 1),
+        "torch": torch.__version__,
+        "date": datetime.date.today().isoformat(),
+        "source": "python -m benchmark.bench backbones",
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark.bench backbones",
+        description=__doc__,
+        epilog=manual_line("bench backbones"),
+    )
+    parser.add_argument("--backbone", action="append", help="repeatable (default: five)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--precision", choices=["32-true", "bf16-mixed"], default="bf16-mixed")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--batch", type=int, default=80, help="images a step (default P x K = 80)")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--csv", type=Path, help="append the rows to this CSV file")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    device = torch.device(args.device)
+    rows = []
+    print(f"torch {torch.__version__}, device {device}, {args.precision}, {args.image_size} px, "
+          f"batch {args.batch}, {args.steps} steps after {args.warmup}")  # fmt: skip
+    for name in args.backbone or DEFAULT_BACKBONES:
+        row = measure(name, args, device)
+        rows.append(row)
+        print(f"{name:<28} train {row['train_images_per_s']:>9} images/s   "
+              f"extract {row['extract_images_per_s']:>9} images/s", flush=True)  # fmt: skip
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    if args.csv is not None:
+        new = not args.csv.is_file()
+        with args.csv.open("a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            if new:
+                writer.writeheader()
+            writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
