@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from benchmark.errors import ArgumentParser
+from benchmark.leaderboard.plan import study_plan
 from benchmark.leaderboard.runner import end_running_cells, run_forked, terminal_console
 from benchmark.leaderboard.slurm_options import (
     add_launcher_argument,
@@ -40,11 +41,11 @@ from benchmark.leaderboard.slurm_options import (
 )
 from benchmark.leaderboard.suite import Group, load_suite
 from benchmark.manual import manual_line
-from benchmark.tuning.experiment import Budget, Experiment, parse_experiment
+from benchmark.tuning.experiment import Budget, Experiment, parse_experiment, parsed_config
 from benchmark.tuning.history import log_history
 from benchmark.tuning.objective import run_trial
 from benchmark.tuning.on_slurm import tune_on_slurm
-from benchmark.tuning.space import load_space, space_path
+from benchmark.tuning.space import derived_space, describe, load_space, space_path
 from benchmark.tuning.study import (
     Heartbeat,
     Proposer,
@@ -70,6 +71,7 @@ class Task:
     study: str
     storage: str
     files: TunedFiles
+    derived: bool = False  # the space was derived from the loss's arguments (no file)
 
     @property
     def work_dir(self) -> Path:
@@ -93,11 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
     budget = parser.add_argument_group("budget (--config mode; a suite group declares its own)")
     budget.add_argument("--trials", type=int, help="finished trials (default 30)")
     budget.add_argument("--folds", type=int, help="class-disjoint folds (default 3)")
-    budget.add_argument("--epochs", type=int, help="epoch cap of every fold (default 4)")
+    budget.add_argument("--epochs", type=int, help="epoch cap of every fold (default 12)")
     budget.add_argument("--metric", help="validation metric maximised (default MAP@R)")
     budget.add_argument("--pruner", choices=["none", "wilcoxon"], help="default none")
     budget.add_argument("--sampler-seed", type=int, help="TPE seed (default 0)")
-    parser.add_argument("--space", type=Path, help="search space (default experiments/spaces/)")
+    parser.add_argument(
+        "--space",
+        type=Path,
+        help="search space (default experiments/spaces/<config stem>.yaml, else one derived "
+        "from the loss's constructor arguments)",
+    )
     parser.add_argument("--storage", help="journal file or RDB URL (default results/tuning/)")
     parser.add_argument("--study", help="study name (default: the config stem)")
     parser.add_argument(
@@ -115,6 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--no-wandb", action="store_true", help="do not log the history to W&B (offline by default)"
+    )
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="run nothing: print each study's budget and expected GPU-hours",
     )
     add_launcher_argument(parser, "the workers")
     add_slurm_request(parser, "worker", nodes=False)
@@ -137,6 +149,10 @@ def main(argv: list[str] | None = None) -> None:
         )
     except (KeyError, ValueError, FileNotFoundError) as error:
         parser.error(str(error.args[0]))
+    if args.plan:
+        for task in tasks:
+            print(study_plan(task.config, task.overrides, task.budget, task.study))
+        return
     options = (
         slurm_options(args, parser, name="circlebench-tune", threads=args.threads, one_task=True)
         if args.launcher == "slurm"
@@ -184,15 +200,30 @@ def config_task(args: argparse.Namespace, fit_overrides: list[str]) -> Task:
     study = args.study or args.config.stem
     storage = args.storage or str(RESULTS / f"{study}.journal")
     folder = args.output or (Path(storage).parent if "://" not in storage else RESULTS)
+    files = TunedFiles(folder, study.rsplit("/", 1)[-1])
+    space, derived = find_space(args.space, args.config, tuple(fit_overrides), files)
     return Task(
         config=args.config,
         overrides=tuple(fit_overrides),
-        space=args.space or space_path(args.config.stem),
+        space=space,
         budget=budget,
         study=study,
         storage=storage,
-        files=TunedFiles(folder, study.rsplit("/", 1)[-1]),
+        files=files,
+        derived=derived,
     )
+
+
+def find_space(
+    given: Path | None, config: Path, overrides: tuple[str, ...], files: TunedFiles
+) -> tuple[Path, bool]:
+    """The space file of a study, and whether it was derived: `--space`, else the loss's own
+    (`experiments/spaces/<config stem>.yaml`), else one derived from the loss's constructor
+    arguments (`space.derived_space`), written beside the tuned files."""
+    if given is not None or space_path(config.stem).is_file():
+        return given or space_path(config.stem), False
+    loss = parsed_config(config, overrides)["model"]["loss"]
+    return derived_space(loss, files.folder / f"{files.stem}.space.yaml"), True
 
 
 def suite_tasks(args: argparse.Namespace, fit_overrides: list[str]) -> list[Task]:
@@ -219,20 +250,27 @@ def suite_tasks(args: argparse.Namespace, fit_overrides: list[str]) -> list[Task
             f"--loss {unknown}: not in group {group.name!r}; choose from {sorted(stems)}"
         )
     missing = group.missing_data(Path("."))
-    if missing is not None:
+    if missing is not None and not args.plan:
         raise FileNotFoundError(f"group {group.name!r} needs {missing}, which is absent")
-    return [
-        Task(
-            config=stems[stem],
-            overrides=group.overrides_for(stems[stem]),
-            space=args.space or space_path(stem),
-            budget=group.tuning,
-            study=f"{group.name}/{stem}",
-            storage=args.storage or str(RESULTS / group.name / f"{stem}.journal"),
-            files=group_files(group.name, stem),
+    if missing is not None:
+        print(f"data absent: {missing} (`circlebench data info` says how to get it)")
+    tasks = []
+    for stem in args.loss or list(stems):
+        overrides, files = group.overrides_for(stems[stem]), group_files(group.name, stem)
+        space, derived = find_space(args.space, stems[stem], overrides, files)
+        tasks.append(
+            Task(
+                config=stems[stem],
+                overrides=overrides,
+                space=space,
+                budget=group.tuning,
+                study=f"{group.name}/{stem}",
+                storage=args.storage or str(RESULTS / group.name / f"{stem}.journal"),
+                files=files,
+                derived=derived,
+            )
         )
-        for stem in (args.loss or list(stems))
-    ]
+    return tasks
 
 
 def _group(groups: tuple[Group, ...], name: str | None, suite: str) -> Group:
@@ -250,6 +288,12 @@ def tune(task: Task, *, workers: int, threads: int, console: Console) -> dict:
     assert experiment.defaults is not None  # parse_experiment reads them
     enqueue_default(study, task.storage, experiment.defaults)
     console.print(f"[bold]{task.study}[/]: {task.budget.describe()}; storage {task.storage}")
+    if task.derived:
+        console.print(
+            f"no experiments/spaces/{task.config.stem}.yaml: searching the space derived from "
+            f"the loss's arguments (written to {task.space}):\n{describe(experiment.space)}",
+            soft_wrap=True,
+        )
     stop = threading.Event()
 
     def objective(trial: optuna.Trial) -> float:

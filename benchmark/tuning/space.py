@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import yaml
 
 from benchmark.errors import read_yaml
 
@@ -120,7 +121,7 @@ def load_space(file: Path) -> SearchSpace:
         _parameter(name.rsplit(".", 1)[-1], f"{LOSS_ARGS}.{name}", rng, f"{file}: params.{name}")
         for name, rng in (spec.get("params") or {}).items()
     ]
-    knobs = _training_knobs(file.parent / f"{TRAINING}.yaml")
+    knobs = _training_knobs(knobs_file(file))
     for knob in spec.get("training") or []:
         if knob not in knobs:
             raise ValueError(f"{file}: training knob {knob!r} is not one of {sorted(knobs)}")
@@ -129,6 +130,14 @@ def load_space(file: Path) -> SearchSpace:
     if len(set(names)) != len(names):
         raise ValueError(f"{file}: parameter names repeat: {names}")
     return SearchSpace(file.stem, file, spec["loss"], tuple(params))
+
+
+def knobs_file(space: Path) -> Path:
+    """The shared knobs' file of a space: beside it (`experiments/spaces/`), else, for a space
+    written elsewhere (a derived one), the working folder's or this checkout's."""
+    candidates = [space.parent, SPACES_DIR, Path(__file__).resolve().parents[2] / SPACES_DIR]
+    files = [folder / f"{TRAINING}.yaml" for folder in candidates]
+    return next((f for f in files if f.is_file()), files[0])
 
 
 def _training_knobs(file: Path) -> dict[str, Parameter]:
@@ -179,3 +188,74 @@ def _lookup(config: dict, path: str) -> Any:
             )
         node = node[part]
     return node
+
+
+# Names of arguments searched on a log scale whatever their value (inverse temperatures,
+# scales): their effect is multiplicative.
+LOG_NAMES = ("scale", "gamma", "alpha", "beta", "temperature", "s")
+# Structural arguments, never searched.
+STRUCTURAL = ("num_classes", "embedding_dim", "in_features", "out_features")
+
+
+def derived_space(loss: dict, file: Path) -> Path:
+    """Write to `file` the default space of a loss without one, and return `file`.
+
+    Derived from the constructor arguments its config gives (`loss`: the parsed config's
+    `model.loss`, adapter included): each float argument `v > 0` gets a range around it, on a
+    log scale `[v/4, 4v]` for scales (`LOG_NAMES`, or any `v > 1`), else linear `[v/2, 2v]`;
+    integers, booleans, zeros and negatives are left as configured. The shared knobs
+    `head_lr` and `weight_decay` follow, and `loss_lr` where the loss has parameters of its
+    own (it takes `num_classes`: proxies, a classifier, centres).
+    """
+    params: dict[str, dict[str, Any]] = {}
+    has_classes = _derive(loss.get("init_args") or {}, "", params)
+    lines = [
+        f"# The default space of {loss['class_path']}, derived by `circlebench tune` from the",
+        "# constructor arguments of its config (benchmark.tuning.space.derived_space): ranges",
+        "# around the configured values. Copy it to experiments/spaces/<config stem>.yaml to",
+        "# change it.",
+    ]
+    spec = {
+        "loss": loss["class_path"],
+        "params": params,
+        "training": ["head_lr", "weight_decay", *(["loss_lr"] if has_classes else [])],
+    }
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text("\n".join(lines) + "\n" + yaml.safe_dump(spec, sort_keys=False))
+    return file
+
+
+def _derive(args: dict, prefix: str, params: dict[str, dict[str, Any]]) -> bool:
+    """Add the ranges of `args` (below `prefix`) to `params`; whether a `num_classes` is among
+    them, nested parts included."""
+    has_classes = False
+    for name, value in args.items():
+        if isinstance(value, dict) and "class_path" in value:
+            nested = _derive(value.get("init_args") or {}, f"{prefix}{name}.init_args.", params)
+            has_classes = has_classes or nested
+        elif name == "num_classes":
+            has_classes = True
+        elif isinstance(value, float) and value > 0 and name not in STRUCTURAL:
+            if name in LOG_NAMES or value > 1:
+                params[f"{prefix}{name}"] = {"low": value / 4, "high": value * 4, "log": True}
+            else:
+                params[f"{prefix}{name}"] = {"low": value / 2, "high": value * 2}
+    return has_classes
+
+
+_NUMERIC = (optuna.distributions.FloatDistribution, optuna.distributions.IntDistribution)
+
+
+def describe(space: SearchSpace) -> str:
+    """One line per parameter: `name  [low, high] (log)` or its choices, for the terminal."""
+    out = []
+    for p in space.parameters:
+        d = p.distribution
+        if isinstance(d, optuna.distributions.CategoricalDistribution):
+            out.append(f"  {p.name}: one of {list(d.choices)}")
+        else:
+            assert isinstance(
+                d, optuna.distributions.FloatDistribution | optuna.distributions.IntDistribution
+            )
+            out.append(f"  {p.name}: [{d.low:g}, {d.high:g}]{' log' if d.log else ''}  ({p.path})")
+    return "\n".join(out)

@@ -228,3 +228,33 @@ def test_bad_commands_are_explained(
     with pytest.raises(SystemExit):
         main(args)
     assert __import__("re").search(match, capsys.readouterr().err)
+
+
+@pytest.mark.timeout(900)
+def test_a_loss_of_your_own_is_tuned_in_a_space_derived_from_its_arguments(
+    tmp_path: Path, weights: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+) -> None:
+    """The repository's own example, Proxy-NCA through the adapter, has no space file: tune
+    derives one, prints it before the study starts, and tunes in it."""
+    monkeypatch.chdir(tmp_path)
+    classes = [
+        "--model.loss.init_args.loss.init_args.num_classes=40",
+        "--model.loss.init_args.loss.init_args.embedding_dim=256",
+    ]
+    main(
+        [
+            "--config", str(ROOT / "experiments/examples/proxy_nca.yaml"),
+            "--storage", str(tmp_path / "study.journal"),
+            "--trials", "2", "--folds", "2", "--epochs", "1", "--no-wandb",
+            "--", *tiny_frozen(weights, tmp_path / "c"), *classes,
+        ]
+    )  # fmt: skip
+    out = capfd.readouterr().out
+    space = yaml.safe_load((tmp_path / "proxy_nca.space.yaml").read_text())
+    assert space["params"] == {"loss.init_args.scale": {"low": 2.25, "high": 36.0, "log": True}}
+    assert space["training"] == ["head_lr", "weight_decay", "loss_lr"]
+    assert "searching the space derived from the loss's arguments" in out
+    assert "scale: [2.25, 36] log" in out
+    summary = json.loads((tmp_path / "proxy_nca.json").read_text())
+    assert summary["trials"]["complete"] == 2
+    assert summary["space"] == str(tmp_path / "proxy_nca.space.yaml")

@@ -166,3 +166,37 @@ def test_bad_spaces_are_explained(tmp_path: Path, text: str, match: str) -> None
 def test_a_missing_space_says_how_to_write_one(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"no search space at .*write one.*--space FILE"):
         load_space(tmp_path / "nope.yaml")
+
+
+def test_a_loss_without_a_space_gets_one_around_its_arguments(tmp_path: Path) -> None:
+    """Floats around their configured values (log for scales and values above 1), the shared
+    knobs, loss_lr where the loss has classes; integers and booleans left alone."""
+    from benchmark.tuning.space import derived_space
+
+    loss = {
+        "class_path": "losses.ExternalLoss",
+        "init_args": {
+            "loss": {
+                "class_path": "my.ProxyLoss",
+                "init_args": {
+                    "num_classes": 40, "embedding_dim": 256, "scale": 9.0, "margin": 0.1,
+                    "beta": 0.5, "k": 3, "normalize": True, "offset": 0.0, "bias": -1.0,
+                },
+            },
+        },
+    }  # fmt: skip
+    file = derived_space(loss, tmp_path / "spaces" / "mine.space.yaml")
+    space = load_space(file)
+    assert space.loss == "losses.ExternalLoss"
+    assert [p.name for p in space.parameters] == [
+        "scale", "margin", "beta", "head_lr", "weight_decay", "loss_lr"
+    ]  # fmt: skip
+    by_name = {p.name: p for p in space.parameters}
+    assert by_name["scale"].path == "model.loss.init_args.loss.init_args.scale"
+    scale, margin, beta = (by_name[n].distribution for n in ("scale", "margin", "beta"))
+    assert (scale.low, scale.high, scale.log) == (2.25, 36.0, True)
+    assert (margin.low, margin.high, margin.log) == (0.05, 0.2, False)
+    assert beta.log  # an inverse temperature: log whatever its value
+    plain = derived_space({"class_path": "losses.CircleLoss", "init_args": {"m": 0.25}},
+                          tmp_path / "circle.space.yaml")  # fmt: skip
+    assert [p.name for p in load_space(plain).parameters] == ["m", "head_lr", "weight_decay"]
