@@ -31,8 +31,16 @@ TRAINING = ("fit", "validate", "test")  # LightningCLI sub-commands: they keep t
 # and the options with which they run none here. Started before the command's own imports
 # (another 5 s), the server imports beside them.
 FORKING = {
-    "leaderboard": ("--status", "--aggregate-only", "--isolation", "--launcher", "-h", "--help"),
-    "tune": ("--launcher", "-h", "--help"),
+    "leaderboard": (
+        "--status",
+        "--aggregate-only",
+        "--isolation",
+        "--launcher",
+        "--plan",
+        "-h",
+        "--help",
+    ),
+    "tune": ("--launcher", "--plan", "-h", "--help"),
 }
 
 

@@ -32,6 +32,7 @@ from benchmark.leaderboard.markdown import (
     read_paper_reference,
     terminal_summary,
 )
+from benchmark.leaderboard.plan import suite_plan
 from benchmark.leaderboard.plots import write_plots
 from benchmark.leaderboard.report import write_report
 from benchmark.leaderboard.runner import (
@@ -100,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="each cell in a process forked from a server that imported the training code once "
         "(default where the platform can fork), in a fresh interpreter, or in this one",
     )
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="run nothing: print every group's cells, tuning budget, data check and expected "
+        "GPU-hours (from results/throughput.csv)",
+    )
     add_slurm_arguments(parser)
     return parser
 
@@ -116,6 +123,9 @@ def main(argv: list[str] | None = None) -> None:
         suite = load_suite(args.suite, Path("."), args.seeds)
     except (KeyError, ValueError, FileNotFoundError) as error:
         parser.error(str(error.args[0]))
+    if args.plan:
+        print(suite_plan(suite))
+        return
     launcher = slurm_launcher(args, suite, parser)  # None: the local one
     if args.jobs is None:
         args.jobs = default_jobs(suite.threads) if args.isolation != "in-process" else 1

@@ -1,7 +1,9 @@
 """Run one page of the manual: its files, Python, YAML and commands, in a folder of its own.
 
-Each page runs in a fresh temporary folder that holds a copy of `experiments/` and `results/`
-(so what a command writes stays there) and is on `sys.path` (so a config's
+A command in a `parse-only` block is parsed, not run, except `leaderboard` and `tune`, which run
+with `--plan`: the suite, its cells, budgets, data checks and configs are resolved for real and
+nothing trains. Each page runs in a fresh temporary folder that holds a copy of `experiments/`
+and `results/` (so what a command writes stays there) and is on `sys.path` (so a config's
 `class_path: my_module.X` imports a module the page wrote, as `PYTHONPATH=.` does). The page's
 blocks run in order and share that folder and one Python namespace. Commands run in this
 process: `circlebench` and `python -m benchmark.cli` through `benchmark.cli.main`,
@@ -29,6 +31,7 @@ from tests.docs.blocks import Block
 REPO = Path(__file__).resolve().parents[2]
 BENCH_PROG = "python -m benchmark.bench"
 RUNS_NOTHING = {"--aggregate-only", "--fold-only", "--help", "-h"}  # leaderboard: no cells
+PLANNED = ("leaderboard", "tune")  # parse-only blocks of these run with --plan
 
 
 class ParsedOnly(Exception):
@@ -105,6 +108,12 @@ def _circlebench(args: list[str], block: Block, folder: Path) -> None:
     elif command == "leaderboard" and block.mode == "run" and not RUNS_NOTHING & set(args):
         shrink.shrink_suite(args[args.index("--suite") + 1], folder)
         args = [*args, "--isolation", "in-process", "--jobs", "1", "--no-wandb"]
+    if block.mode == "parse-only" and command in PLANNED and not RUNS_NOTHING & set(args):
+        # Resolved for real: every cell or study, its budget, data check and config, and the
+        # plan of what it would run; nothing trains.
+        at = args.index("--") if "--" in args else len(args)  # before tune's fit overrides
+        _exits_zero(main, [*args[:at], "--plan", *args[at:]], block)
+        return
     if block.mode == "parse-only" and command not in ("fit", "validate", "test"):
         with _parse_only() as parsed:
             _exits_zero(main, args, block)

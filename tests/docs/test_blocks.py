@@ -68,3 +68,15 @@ def test_a_skipped_project_command_runs_elsewhere_on_its_page(page: str) -> None
                     checked.add(line)
     missing = {line: where for line, where in skipped.items() if line not in checked}
     assert not missing, f"run or parse these in a block marked parse-only: {missing}"
+
+
+def test_the_pages_copy_of_a_suite_is_the_repositorys_plus_its_marked_lines() -> None:
+    """A page that shows a whole suite file to edit (the runner writes it into the page's
+    folder) shows the committed file, plus the lines it marks `# added`."""
+    for page in pages():
+        for block in blocks(page):
+            if not block.title.startswith("experiments/suites/") or "# added" not in block.text:
+                continue  # a page's own new suite, not an edit of the repository's
+            committed = (runner.REPO / block.title).read_text().splitlines()
+            shown = [x for x in block.text.splitlines() if not x.endswith("# added")]
+            assert shown == committed, f"{block.where}: copy {block.title} again, then mark"

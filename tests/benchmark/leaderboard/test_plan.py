@@ -1,0 +1,73 @@
+"""`--plan`: a suite's cells, budgets, data checks and GPU-hours, resolved without running."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmark.leaderboard.plan import (
+    Rate,
+    Workload,
+    read_rates,
+    run_hours,
+    study_hours,
+    suite_plan,
+    workload,
+)
+from benchmark.leaderboard.suite import load_suite
+from benchmark.tuning.command import main as tune_main
+from benchmark.tuning.experiment import Budget
+
+ROOT = Path(__file__).resolve().parents[3]
+RATE = Rate("GPU X", batch=80, train=1000.0, extract=4000.0, pixels=224 * 224, source="test")
+
+
+def test_a_paper_config_is_read_with_its_dataset_size() -> None:
+    work = workload(Path("experiments/cub200/circle.yaml"), (), ROOT)
+    assert work == Workload("cub200", "bninception", 224 * 224, 80, "bf16-mixed", 40, 5864, 5924)
+    reid = workload(Path("experiments/market1501/circle.yaml"), ("--trainer.max_epochs=3",), ROOT)
+    assert (reid.dataset, reid.epochs, reid.test_images) == ("market1501", 3, 3368 + 15913)
+
+
+def test_hours_are_images_over_the_measured_rates() -> None:
+    work = Workload("cub200", "bninception", 224 * 224, 80, "bf16-mixed", 40, 5864, 5924)
+    assert run_hours(work, RATE) == pytest.approx((5864 * 40 / 1000 + 5924 / 4000) / 3600)
+    half = Workload("x", "bninception", 224 * 112, 80, "bf16-mixed", 1, 1000, 0)
+    assert run_hours(half, RATE) == pytest.approx(1000 / 2000 / 3600)  # half the pixels
+    budget = Budget(trials=50, folds=4, max_epochs=40)
+    fold = (5864 * 3 / 4 * 40 / 1000 + 5864 / 4 * 40 / 4000) / 3600
+    assert study_hours(work, budget, RATE) == pytest.approx(50 * 4 * fold)
+
+
+def test_the_paper_suite_has_floors_budgets_and_gpu_hours(tmp_path: Path) -> None:
+    table = tmp_path / "throughput.csv"
+    table.write_text(
+        "backbone,device,precision,image_size,batch,train_images_per_s,extract_images_per_s,"
+        "torch,date,source\n"
+        "bninception,GPU X,bf16-mixed,224,80,1000,4000,2.11,2026-11-27,test\n"
+        "resnet50,GPU X,bf16-mixed,224,64,2000,8000,2.11,2026-11-27,test\n"
+    )
+    suite = load_suite("paper", ROOT)
+    assert all(g.floor is not None and g.tuning is not None for g in suite.groups)
+    assert {g.tuning.trials for g in suite.groups if g.tuning} == {50}
+    text = suite_plan(suite, ROOT, table)
+    assert "cub200: 15 configs, 45 fits + 45 tuned fits + 3 floor tests" in text
+    assert "tuning 50 trials x 4 folds, <= 40 epochs" in text
+    assert text.count("    GPU X: ") == 5 and "total on one GPU X: " in text
+    assert len(read_rates(table)["resnet50"]) == 1
+
+
+def test_tune_plans_a_paper_study_without_its_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The cluster guide's command, planned on a machine without CUB-200-2011."""
+    (tmp_path / "experiments").symlink_to(ROOT / "experiments")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results/throughput.csv").write_text((ROOT / "results/throughput.csv").read_text())
+    monkeypatch.chdir(tmp_path)
+    tune_main(["--suite", "paper", "--group", "cub200", "--loss", "circle", "--plan"])
+    out = capsys.readouterr().out
+    assert "data absent" in out and "cub200/circle: 50 trials x 4 folds" in out
+    assert "GPU-hours" in out
+    assert not (tmp_path / "results/tuning").exists()  # nothing ran
