@@ -212,3 +212,19 @@ def test_the_first_proposals_are_those_of_the_seeded_sampler(tmp_path: Path) -> 
         now.append(trial.params)
         study.tell(trial, 0.0)
     assert now == before
+
+
+def test_no_committed_study_ran_a_setting_twice() -> None:
+    """Every loss of every group had its full budget of distinct settings."""
+    import csv
+
+    root = Path(__file__).resolve().parents[3] / "experiments" / "tuned"
+    files = sorted(root.glob("*/*.trials.csv"))
+    assert files
+    for file in files:
+        with file.open(newline="") as f:
+            rows = [r for r in csv.DictReader(f) if r["state"] == "COMPLETE"]
+        fixed = {"number", "state", "value", "best_epoch", "fold_values", "seconds", "default",
+                 "retry_of", "error"}  # fmt: skip
+        settings = [tuple((k, v) for k, v in r.items() if k not in fixed) for r in rows]
+        assert len(set(settings)) == len(settings), f"{file}: a setting ran twice"
