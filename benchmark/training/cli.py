@@ -389,10 +389,6 @@ def main(argv: list[str] | None = None) -> None:
     CircleBenchCLI(args=argv)
 
 
-if __name__ == "__main__":
-    main()
-
-
 def config_files(words: list[str]) -> list[Path]:
     """The files given to `--config` in `words` (either `--config F` or `--config=F`)."""
     files = [w.split("=", 1)[1] for w in words if w.startswith("--config=")]
@@ -410,3 +406,7 @@ def yaml_problem(files: list[Path]) -> str:
             except ValueError as error:
                 return str(error)
     return ""
+
+
+if __name__ == "__main__":
+    main()

@@ -20,7 +20,7 @@ def shell(
 ) -> tuple[int, str]:
     """`circlebench WORDS` as typed in a shell: (exit status, what it printed on stderr)."""
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    monkeypatch.setenv(DEBUG_ENV, "0")  # restored after the test: --debug sets it
     monkeypatch.setattr(sys, "argv", ["circlebench", *words])
     with pytest.raises(SystemExit) as stop:
         cli.main()
@@ -164,7 +164,7 @@ def test_debug_shows_the_traceback(
     (tmp_path / "experiments/suites/bad.yaml").write_text("groups:\n  g: [\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["circlebench", "--debug", "leaderboard", "--suite", "bad"])
-    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    monkeypatch.setenv(DEBUG_ENV, "0")  # restored after the test: --debug sets it
     with pytest.raises(ValueError, match="not valid YAML"):
         cli.main()
 
