@@ -50,11 +50,12 @@ def take_debug_flag(argv: list[str]) -> list[str]:
 
 
 def shortened(message: str, hint: str = "") -> str:
-    """`message` (and `hint`) cut to MAX_LINES lines, the last kept for the hint."""
+    """`message` and `hint` in at most MAX_LINES lines: the hint whole, the message's first
+    line (what failed) and its last ones (a nested error's innermost cause: the value)."""
     lines = [line.rstrip() for line in message.strip().splitlines() if line.strip()]
-    room = MAX_LINES - len(hint.splitlines())
+    room = max(MAX_LINES - len(hint.splitlines()), 2)
     if len(lines) > room:
-        lines = [*lines[: room - 1], lines[room - 1] + " [...]"]
+        lines = [lines[0] + " [...]", *lines[len(lines) - room + 1 :]]
     return "\n".join([*lines, *([hint] if hint else [])])
 
 

@@ -87,10 +87,9 @@ class CircleBenchParser(LightningArgumentParser):
                 "adapter: --model.loss=losses.ExternalLoss --model.loss.init_args.loss=CLASS_PATH "
                 "(docs/extending/external-losses.md)"
             )
-        # A nested parser (the adapter's own arguments) may have added them already.
-        message += "".join(f"\n{hint}" for hint in hints if hint not in message)
+        hints = [hint for hint in hints if hint not in message]  # a nested parser's already
         if not self.exit_on_error or debugging():
-            super().error(message, ex)
+            super().error("\n".join([message, *hints]), ex)
         # The message and where the options are, without jsonargparse's 60 lines of usage.
         parser = getattr(ex, "subcommand_parser", None) or self
         prog = parser.prog.replace(" [options]", "")
@@ -98,7 +97,7 @@ class CircleBenchParser(LightningArgumentParser):
         if classes:
             lines = message.splitlines()
             message = "\n".join([lines[0], *[x.strip() for x in lines if "no attribute" in x]])
-        hint = "\n".join([*([classes] if classes else []), f"({prog} --help)"])
+        hint = "\n".join([*hints, *([classes] if classes else []), f"({prog} --help)"])
         sys.stderr.write(shortened(f"{prog}: error: {message}", hint) + "\n")
         self.exit(2)
 

@@ -171,7 +171,7 @@ def test_debug_shows_the_traceback(
 
 def test_a_message_is_cut_to_five_lines_with_its_hint() -> None:
     text = shortened("\n".join(f"line {i}" for i in range(9)), "hint a\nhint b")
-    assert text.splitlines() == ["line 0", "line 1", "line 2 [...]", "hint a", "hint b"]
+    assert text.splitlines() == ["line 0 [...]", "line 7", "line 8", "hint a", "hint b"]
     assert shortened("one line", "hint") == "one line\nhint"
 
 
