@@ -58,6 +58,7 @@ def prepare(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "WANDB_MODE": "offline",
         "HF_HUB_OFFLINE": "1",
         "CIRCLEBENCH_CACHE": str(folder / "cache"),
+        "CIRCLEBENCH_DEBUG": "0",  # restored after the page: a `--debug` command sets it
     }.items():
         monkeypatch.setenv(name, value)
 
