@@ -90,7 +90,7 @@ class RetrievalDataModule(pl.LightningDataModule):
         sampler_mode: `PKSampler`'s `mode`: `coverage` (every training image once per epoch
             where class sizes allow) or `independent` (each batch drawn afresh).
         folds: tuning mode when >= 2: the training classes are dealt into `folds`
-            class-disjoint folds (`datamodules.folds.class_folds`), fold `fold` is the
+            class-disjoint folds (`datamodules.splits.class_folds`), fold `fold` is the
             validation split, the others train, and the test split is never built or read
             (`circlebench tune` sets these); 0 for a normal run.
         fold: the held-out fold, 0..folds-1.

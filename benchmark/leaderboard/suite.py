@@ -295,10 +295,6 @@ def _group(name: str, spec: dict, root: Path, path: Path) -> Group:
     )
 
 
-def _file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes() if path.is_file() else b"").hexdigest()
-
-
 def _budget(value: object, where: str) -> Budget:
     if not isinstance(value, dict):
         raise ValueError(f"{where} must be a mapping like {{trials: 30, folds: 3}}, got {value!r}")
