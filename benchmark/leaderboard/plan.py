@@ -134,9 +134,10 @@ def rate_for(work: Workload, rates: dict[str, list[Rate]]) -> dict[str, Rate]:
 
 
 def run_hours(work: Workload, rate: Rate, *, epochs: int | None = None) -> float:
-    """GPU-hours of one fit (train split x epochs, then the test split once) at `rate`."""
+    """GPU-hours of one run (train split x epochs, the config's unless given; 0 for a floor's
+    test; then the test split once) at `rate`."""
     scale = rate.pixels / work.pixels
-    train = work.train_images * (epochs or work.epochs) / (rate.train * scale)
+    train = work.train_images * (work.epochs if epochs is None else epochs) / (rate.train * scale)
     return (train + work.test_images / (rate.extract * scale)) / 3600
 
 
@@ -206,19 +207,20 @@ def _group_hours(
     """GPU-hours per device of the group's runs (fits and floors), and of its tuning."""
     hours: dict[str, float] = {}
     tuning: dict[str, float] = {}
+    read: dict[tuple[Path, tuple[str, ...]], Workload] = {}  # a config's seeds share one
     for cell in cells:
-        work = workload(cell.config, cell.overrides, root)
+        key = (cell.config, cell.overrides)
+        work = read[key] = read.get(key) or workload(cell.config, cell.overrides, root)
         if work.dataset is None:
             continue  # synthetic data: a CPU suite, timed by its own job
         found = rate_for(work, rates)
         if not found:
             unknown.add(work.backbone)
+        epochs = 0 if cell.command == "test" else None  # a floor trains nothing
+        if cell.tuned and group.tuning:
+            epochs = group.tuning.max_epochs
         for device, rate in found.items():
-            epochs = group.tuning.max_epochs if cell.tuned and group.tuning else None
-            one = run_hours(work, rate, epochs=epochs)
-            if cell.command == "test":
-                one = work.test_images / (rate.extract * rate.pixels / work.pixels) / 3600
-            hours[device] = hours.get(device, 0.0) + one
+            hours[device] = hours.get(device, 0.0) + run_hours(work, rate, epochs=epochs)
     if group.tuning is not None:
         for config in group.configs:
             work = workload(config, (*suite.overrides, *group.overrides_for(config)), root)
