@@ -38,6 +38,13 @@ def short(err: str) -> list[str]:
     return lines
 
 
+def suite_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, text: str) -> None:
+    """A working folder whose only suite is `name`, holding `text`."""
+    (tmp_path / "experiments/suites").mkdir(parents=True)
+    (tmp_path / f"experiments/suites/{name}.yaml").write_text(text)
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A working folder with the repository's experiments (suites, spaces, configs)."""
@@ -49,9 +56,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_suite_that_is_not_yaml_names_its_file_and_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "experiments/suites").mkdir(parents=True)
-    (tmp_path / "experiments/suites/bad.yaml").write_text("groups:\n  g: [\n")
-    monkeypatch.chdir(tmp_path)
+    suite_file(tmp_path, monkeypatch, "bad", "groups:\n  g: [\n")
     code, err = shell(["leaderboard", "--suite", "bad"], monkeypatch, capfd)
     assert code != 0
     assert "experiments/suites/bad.yaml: not valid YAML (line 3, column 1)" in short(err)[0]
@@ -60,9 +65,7 @@ def test_a_suite_that_is_not_yaml_names_its_file_and_line(
 def test_an_unknown_suite_key_lists_the_allowed_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "experiments/suites").mkdir(parents=True)
-    (tmp_path / "experiments/suites/s.yaml").write_text("groupz: {}\n")
-    monkeypatch.chdir(tmp_path)
+    suite_file(tmp_path, monkeypatch, "s", "groupz: {}\n")
     code, err = shell(["leaderboard", "--suite", "s"], monkeypatch, capfd)
     assert code != 0 and "unknown key(s) ['groupz']; allowed: [" in short(err)[0]
 
@@ -160,9 +163,7 @@ def test_a_missing_search_space_names_the_file(
 def test_debug_shows_the_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "experiments/suites").mkdir(parents=True)
-    (tmp_path / "experiments/suites/bad.yaml").write_text("groups:\n  g: [\n")
-    monkeypatch.chdir(tmp_path)
+    suite_file(tmp_path, monkeypatch, "bad", "groups:\n  g: [\n")
     monkeypatch.setattr(sys, "argv", ["circlebench", "--debug", "leaderboard", "--suite", "bad"])
     monkeypatch.setenv(DEBUG_ENV, "0")  # restored after the test: --debug sets it
     with pytest.raises(ValueError, match="not valid YAML"):
