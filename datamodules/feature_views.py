@@ -17,7 +17,6 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from benchmark.allocator import retain_freed_memory
 from benchmark.devices import usable_cores
 from datamodules.base import Split
 from samplers import PKSampler
@@ -161,8 +160,6 @@ def extract_features(
         generator=torch.Generator(),
     )
     device = torch.device(device)
-    if device.type == "cpu":
-        retain_freed_memory()  # the activations' pages stay mapped between batches
     extractor.eval().to(device)
     at_once = batches_at_once(device)
     if at_once == 1:
