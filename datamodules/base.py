@@ -17,7 +17,7 @@ from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from benchmark.evaluation.sets import RetrievalProtocol
+from core.protocols import RetrievalProtocol
 from datamodules.splits import Split, Splits, carve_validation, fold_split, relabel
 from datamodules.transforms import fine_grained_transform, reid_transform
 from samplers import PKSampler, SamplerMode

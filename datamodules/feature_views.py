@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from benchmark.devices import usable_cores
+from core.devices import usable_cores
 from datamodules.base import Split
 from samplers import PKSampler
 

@@ -39,7 +39,7 @@ from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from benchmark.devices import float32_modes, gpu_name
+from core.devices import float32_modes, gpu_name
 from datamodules.base import RetrievalDataModule, Split, Splits
 from datamodules.feature_cache import FeatureCache, content_key, default_cache_dir, items_digest
 from datamodules.feature_views import (

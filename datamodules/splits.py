@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmark.evaluation.sets import RetrievalProtocol
+from core.protocols import RetrievalProtocol
 
 FOLD_SEED = 0  # fixed: the folds must not change with a trial's or a cell's seed
 

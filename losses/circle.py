@@ -5,21 +5,52 @@ With O_p = 1 + m, O_n = -m, Δ_p = 1 - m, Δ_n = m, the self-paced weights are
 
     L = log(1 + Σ_j exp(γ α_n^j (s_n^j - Δ_n)) · Σ_i exp(-γ α_p^i (s_p^i - Δ_p)))      (Eq. 6)
 
-The backward pass is the closed form of Eq. 9/10, α being constants as in the paper:
-∂L/∂s_n = σ(z) softmax_n · γ α_n and ∂L/∂s_p = -σ(z) softmax_p · γ α_p, where z is the argument
-of the softplus and each softmax runs over the logits of its group.
+`circle_loss` is that equation in torch, autograd giving the gradient: the reference.
+`CircleLoss` trains with `fast_circle_loss`, the same values through a closed-form backward
+(Eq. 9/10, α constant as in the paper): ∂L/∂s_n = σ(z) softmax_n · γ α_n and
+∂L/∂s_p = -σ(z) softmax_p · γ α_p, where z is the argument of the softplus and each softmax
+runs over the logits of its group; on CPU float tensors a compiled pass per row
+(`losses._circle_cpu`, numba, imported at its first use) computes it.
+`tests/losses/test_circle.py` holds the two to each other in values and gradients.
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from types import ModuleType
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from benchmark.evaluation.threads import like_torch
-from losses import _circle_cpu
 from losses.base import PairSimilarityLoss
+from losses.similarity import masked_logsumexp
+
+
+def circle_loss(
+    sim: Tensor, pos_mask: Tensor, neg_mask: Tensor, *, m: float, gamma: float
+) -> Tensor:
+    """Eq. 6 per anchor [B] from sim [B, N] and bool masks [B, N]; 0 if no s_p or no s_n."""
+    sim = sim.to(torch.promote_types(sim.dtype, torch.float32))  # fp16 overflows at γ=256
+    alpha_p = (1 + m - sim).clamp_min(0).detach()  # Eq. 5
+    alpha_n = (sim + m).clamp_min(0).detach()
+    logit_p = -gamma * alpha_p * (sim - (1 - m))  # Δ_p = 1 - m
+    logit_n = gamma * alpha_n * (sim - m)  # Δ_n = m
+    # log(1 + Σ_n Σ_p) = softplus(logsumexp_n + logsumexp_p); an empty group gives -inf, so 0
+    return F.softplus(masked_logsumexp(logit_n, neg_mask) + masked_logsumexp(logit_p, pos_mask))
+
+
+@functools.cache
+def _compiled() -> tuple[ModuleType, Callable[[], AbstractContextManager[None]]]:
+    """The numba kernels and the thread matcher, imported at the first compiled call (numba's
+    import is not paid by `import losses`)."""
+    from core.threads import like_torch
+    from losses import _circle_cpu
+
+    return _circle_cpu, like_torch
 
 
 def _group_exp(logits: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -38,7 +69,7 @@ class _CircleLossFunction(torch.autograd.Function):
     elementwise passes instead of autograd's recomputation through logsumexp and torch.where.
     With `alpha=None` the weights are computed here (Eq. 5); on CPU float tensors a compiled
     pass per row (`losses._circle_cpu`) then replaces the ~20 passes over [B, N] temporaries
-    (B=1024: 1.3x faster forward+backward with the Gram products, `bench losses`).
+    (its speed: `python -m benchmark.bench losses`, docs/benchmarks/losses.md).
     """
 
     @staticmethod
@@ -48,8 +79,9 @@ class _CircleLossFunction(torch.autograd.Function):
             one = _numpy_one(sim)
             exps = torch.empty_like(sim)  # [B, N]
             sums_p, sums_n, z = (sim.new_empty(sim.shape[0]) for _ in range(3))
+            kernels, like_torch = _compiled()
             with like_torch():
-                disjoint = _circle_cpu.forward(
+                disjoint = kernels.forward(
                     sim.detach().numpy(), pos_mask.numpy(), neg_mask.numpy(), one * (1 - m),
                     one * (1 + m), one * m, one * gamma, exps.numpy(), sums_p.numpy(),
                     sums_n.numpy(), z.numpy(),
@@ -79,8 +111,9 @@ class _CircleLossFunction(torch.autograd.Function):
             coef_p, coef_n = -coef / sum_p.clamp_min(1), coef / sum_n.clamp_min(1)
             one = _numpy_one(sim)
             grad_sim = torch.empty_like(sim)
+            kernels, like_torch = _compiled()
             with like_torch():
-                _circle_cpu.backward(
+                kernels.backward(
                     sim.detach().numpy(), pos_mask.numpy(), neg_mask.numpy(), one * (1 + ctx.m),
                     one * ctx.m,
                     exps.numpy(), coef_p.contiguous().numpy(), coef_n.contiguous().numpy(),
@@ -122,10 +155,10 @@ def circle_weights(sim: Tensor, pos_mask: Tensor, *, m: float) -> Tensor:
         return torch.where(pos_mask, (1 + m) - sim, sim + m).clamp_min_(0)
 
 
-def circle_loss(
+def fast_circle_loss(
     sim: Tensor, pos_mask: Tensor, neg_mask: Tensor, *, m: float, gamma: float
 ) -> Tensor:
-    """Per-anchor Circle loss [B] from sim [B, N] and bool masks [B, N]; 0 if no s_p or no s_n."""
+    """`circle_loss`'s values [B], with the closed-form backward (and the compiled CPU pass)."""
     sim = sim.to(torch.promote_types(sim.dtype, torch.float32))  # fp16 overflows at γ=256
     return _CircleLossFunction.apply(sim, None, pos_mask, neg_mask, m, gamma)
 
@@ -137,4 +170,4 @@ class CircleLoss(PairSimilarityLoss):
     without any such anchor gives 0 (with a gradient of zeros).
     """
 
-    per_anchor_loss = staticmethod(circle_loss)
+    per_anchor_loss = staticmethod(fast_circle_loss)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("benchmark", "datamodules", "losses", "samplers")
+PACKAGES = ("benchmark", "core", "datamodules", "losses", "samplers")
 # Layers, top to bottom: a module may import its own layer or any layer below it.
 LAYERS = {
     "benchmark.cli": 5,
@@ -22,7 +24,7 @@ LAYERS = {
     "losses": 2,
     "samplers": 2,
     "benchmark.evaluation": 1,
-    "benchmark.devices": 0,  # what a run ran on; imports nothing of ours
+    "core": 0,  # what a run ran on, numba's threads, the protocols: imports nothing of ours
     "benchmark.manual": 1,  # the manual page of each command: imports nothing of ours
 }
 
@@ -99,6 +101,29 @@ def test_no_import_cycle() -> None:
     for start in sorted(graph):
         if start not in state:
             visit(start, [start])
+
+
+@pytest.mark.parametrize("library", ["losses", "samplers", "datamodules"])
+def test_the_libraries_import_nothing_from_benchmark(library: str) -> None:
+    """Losses, samplers and datamodules are usable without the suite: what they share with it
+    lives in `core`."""
+    found = {
+        module: [name for name in EDGES[module] if name.split(".")[0] == "benchmark"]
+        for module in EDGES
+        if module.split(".")[0] == library
+    }
+    assert {m: names for m, names in found.items() if names} == {}
+
+
+def test_import_losses_loads_neither_numba_nor_the_evaluator() -> None:
+    """numba (imported at the compiled Circle pass's first call) and the evaluator are not part
+    of defining a loss."""
+    code = (
+        "import sys, losses; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('numba', 'benchmark')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_layer_table_covers_every_benchmark_package() -> None:

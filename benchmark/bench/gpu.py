@@ -32,8 +32,8 @@ import torch
 
 from benchmark.bench.gpu_steps import Result, Step
 from benchmark.bench.timing import machine
-from benchmark.devices import float32_modes
 from benchmark.manual import manual_line
+from core.devices import float32_modes
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 DEFAULT_CONFIG = EXPERIMENTS / "cub200" / "circle.yaml"  # BN-Inception, 512-D, P=16 K=5, 224 px

@@ -32,10 +32,10 @@ import torch
 
 from benchmark.bench import cells
 from benchmark.bench.timing import machine
-from benchmark.devices import float32_modes, precision_label
 from benchmark.manual import manual_line
 from benchmark.training.cli import CircleBenchCLI
 from benchmark.training.embedders import Embedder
+from core.devices import float32_modes, precision_label
 from losses import CircleLoss
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"

@@ -34,7 +34,7 @@ from benchmark.evaluation.ranks import positive_ranks
 from benchmark.evaluation.rerank import KReciprocal, RerankMethod, rerank_method, reranked_ranks
 from benchmark.evaluation.sets import PROTOCOLS, EvaluationSets, RetrievalProtocol, evaluation_sets
 from benchmark.evaluation.similarity import UnitEmbeddings, prepare, unit_rows
-from benchmark.evaluation.threads import like_torch
+from core.threads import like_torch
 
 BACKENDS = ("auto", "torch", "faiss")
 

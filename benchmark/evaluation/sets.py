@@ -10,15 +10,15 @@ datasets. The ranks and the hardest-pair statistics both read the rule from here
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 from torch import Tensor
 
 from benchmark.evaluation.inputs import check_cameras, check_embeddings, check_labels
+from core.protocols import PROTOCOLS, RetrievalProtocol
 
-RetrievalProtocol = Literal["same_set", "query_gallery"]
-PROTOCOLS: tuple[RetrievalProtocol, ...] = ("same_set", "query_gallery")
+__all__ = ["PROTOCOLS", "EvaluationSets", "RetrievalProtocol", "evaluation_sets", "excluded"]
+
 JUNK = -1  # gallery label of images that no query may retrieve
 
 

@@ -20,7 +20,6 @@ from typing import Literal
 import pandas as pd
 from rich.console import Console
 
-from benchmark.devices import usable_cores
 from benchmark.errors import ArgumentParser
 from benchmark.leaderboard import numerics
 from benchmark.leaderboard.aggregate import aggregate_rows, read_leaderboard, write_csv
@@ -50,6 +49,7 @@ from benchmark.manual import manual_line
 from benchmark.training.atomic import write_text
 from benchmark.training.results import read_results
 from benchmark.tuning.tuned import GroupStudies, group_studies
+from core.devices import usable_cores
 
 DEFAULT_TOLERANCE = 1.0  # percentage points: one flipped query of 160; docs/leaderboards/check.md
 RUNNERS: dict[str, CellRunner] = {

@@ -25,10 +25,10 @@ from benchmark.evaluation import RetrievalEvaluator
 from benchmark.evaluation.evaluator import EvaluationReport
 from benchmark.evaluation.metrics import DEFAULT_METRICS
 from benchmark.evaluation.rerank import RerankMethod
-from benchmark.evaluation.sets import RetrievalProtocol
 from benchmark.training.embedders import EmbedderBase
 from benchmark.training.nvml import skip_absent_nvml
 from benchmark.training.results import TestResult
+from core.protocols import RetrievalProtocol
 from datamodules.base import RetrievalDataModule
 from losses import MetricLoss
 

@@ -25,13 +25,13 @@ import numpy as np
 import pandas as pd
 import pytorch_lightning as pl
 
-from benchmark.devices import gpu_name, precision_label
 from benchmark.evaluation.evaluator import EvaluationReport
 from benchmark.evaluation.hardest_pairs import HardestPairs
 from benchmark.evaluation.metrics import metric_columns
 from benchmark.training.atomic import replaced, write_text
 from benchmark.training.checkpoints import CheckpointInfo
 from benchmark.training.embedders import PooledBackbone
+from core.devices import gpu_name, precision_label
 from datamodules.features import CachedFeatureDataModule
 from datamodules.msmt17 import MSMT17DataModule
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from losses import BatchPairs, CircleLoss, ClassProxies
-from losses.circle import _CircleLossFunction, circle_loss, circle_weights
+from losses.circle import _CircleLossFunction, circle_loss, circle_weights, fast_circle_loss
 from losses.similarity import _Cosine, _Gram
 
 
@@ -186,3 +186,26 @@ def test_constructor_rejects_bad_hyper_parameters(kwargs, match) -> None:
 def test_paradigm_follows_the_source() -> None:
     assert CircleLoss().paradigm == "pair-wise"
     assert CircleLoss(source=ClassProxies(3, 4)).paradigm == "class-level"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("m", "gamma"), [(0.25, 32.0), (0.4, 256.0)])
+@pytest.mark.parametrize("source", ["pair-wise", "class-level"])
+def test_the_training_path_equals_the_equation_in_values_and_gradients(
+    source: str, m: float, gamma: float, dtype: torch.dtype, pk_batch
+) -> None:
+    """`fast_circle_loss` (closed-form backward; the compiled pass on CPU floats) against
+    `circle_loss`, Eq. 6 with autograd's gradient."""
+    embeddings, labels = pk_batch(p=5, k=3, singletons=2, dtype=dtype)
+    pairs = BatchPairs() if source == "pair-wise" else ClassProxies(7, embeddings.shape[1])
+    sim, pos, neg = pairs.to(dtype)(embeddings, labels)
+    sims = [sim.detach().clone().requires_grad_() for _ in range(2)]
+    values = [
+        f(s, pos, neg, m=m, gamma=gamma)
+        for f, s in zip((fast_circle_loss, circle_loss), sims, strict=True)
+    ]
+    assert _CircleLossFunction.compiles(sims[0], pos, neg)  # the compiled pass was compared
+    torch.testing.assert_close(values[0], values[1])
+    for value in values:
+        value.sum().backward()
+    torch.testing.assert_close(sims[0].grad, sims[1].grad)

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-from benchmark.devices import float32_modes
 from benchmark.evaluation.evaluator import EvaluationReport
 from benchmark.evaluation.hardest_pairs import HardestPairs
 from benchmark.evaluation.precision import ieee_float32
@@ -31,6 +30,7 @@ from benchmark.training.results import (
     save_similarities,
     where_it_ran,
 )
+from core.devices import float32_modes
 from losses import CircleLoss
 
 CONTRACT_COLUMNS = [

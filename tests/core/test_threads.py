@@ -11,7 +11,7 @@ import torch
 
 import losses as L
 from benchmark.evaluation import RetrievalEvaluator
-from benchmark.evaluation.threads import like_torch
+from core.threads import like_torch
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def test_starting_numbas_pool_leaves_torchs_thread_count_alone() -> None:
     code = (
         "import torch, numba\n"
         "torch.set_num_threads(1)\n"
-        "from benchmark.evaluation.threads import like_torch\n"
+        "from core.threads import like_torch\n"
         "with like_torch():\n"
         "    print(torch.get_num_threads(), numba.get_num_threads())\n"
         "print(torch.get_num_threads())\n"
