@@ -10,11 +10,16 @@ Seeds pair runs across experiments of a group (same data order and, where the ar
 agree, the same initialisation), so a difference between two experiments is estimated from the
 per-seed differences d_s = x_s − y_s over the seeds both ran: `<metric>_vs_floor_mean` and
 `_ci95` against the group's floor (the untrained model, loss `none (pretrained)`),
-`<metric>_vs_circle_*` against pair-wise Circle loss in the same setting (a tuned loss against
-tuned Circle, a default one against default Circle), and, for a tuned experiment
+`<metric>_vs_circle_*` against tuned pair-wise Circle loss, and, for a tuned experiment
 (`<stem>.tuned`), `<metric>_vs_default_*` against the same loss as configured — the paired t
 interval, which is narrower than comparing two unpaired intervals when seeds move both runs
 alike.
+
+Only a loss tuned with its group's equal budget enters a comparison (`compared`): the
+differences to the floor and to Circle, the plots. A row with its configured setting is shown
+and left out: no budget was spent finding it, so a difference to another loss would measure
+the two configs, not the two losses. Its one difference is the tuned row's `vs_default`, what
+tuning changed.
 """
 
 from __future__ import annotations
@@ -32,13 +37,28 @@ from benchmark.training.results import FLOOR_LOSS, SETTINGS_COLUMNS
 TUNED = ".tuned"  # the experiment suffix of a loss as tuned (`suite.Cell.experiment`)
 
 
+def is_tuned(entry: pd.Series) -> bool:
+    """Whether the experiment trained the setting its group's tuning budget found."""
+    value = entry.get("tuning", "")
+    return not pd.isna(value) and bool(str(value))
+
+
+def compared(board: pd.DataFrame) -> pd.DataFrame:
+    """The experiments that enter a group's comparisons: its tuned losses and, where it has
+    any, its floor. A group without a tuned loss compares nothing."""
+    tuned = board.apply(is_tuned, axis=1) if len(board) else pd.Series(dtype=bool)
+    groups_with_tuned = set(board.loc[tuned, "group"]) if len(board) else set()
+    floor = (board["loss"] == FLOOR_LOSS) & board["group"].isin(groups_with_tuned)
+    return board[tuned | floor]
+
+
 def _floor(entry: pd.Series, group: pd.DataFrame) -> pd.Series:
-    return group["loss"] == FLOOR_LOSS
+    return (group["loss"] == FLOOR_LOSS) & is_tuned(entry)
 
 
 def _circle(entry: pd.Series, group: pd.DataFrame) -> pd.Series:
     pairwise = (group["loss"] == "CircleLoss") & (group["labels"] == "pair-wise")
-    return pairwise & (group["tuning"] == entry["tuning"])
+    return pairwise & (group["tuning"] == entry["tuning"]) & is_tuned(entry)
 
 
 def _default(entry: pd.Series, group: pd.DataFrame) -> pd.Series:

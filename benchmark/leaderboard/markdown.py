@@ -9,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from benchmark.evaluation.metrics import metric_columns
+from benchmark.leaderboard.aggregate import is_tuned
+from benchmark.training.results import FLOOR_LOSS
 from benchmark.tuning.tuned import GroupStudies
 
 _REFERENCE_NAMES = {"floor": "floor", "circle": "Circle", "default": "default"}
@@ -96,12 +98,14 @@ def leaderboard_markdown(
         "seeds (no interval for one seed). `(paper x)` is the number the paper reports for the "
         "same dataset, loss and labels, shown only where the suite declares its data comparable. "
         "`none (pretrained)` is the group's floor: the same network and evaluation with no "
-        "training. `Δ floor` and `Δ Circle` are paired differences of the first metric (per seed, "
-        "then mean ± 95 % CI) to the floor and to pair-wise Circle loss in the same setting; "
-        "`Δ default`, of a tuned loss to the same loss as configured; `*` marks an interval "
-        "that excludes 0. A `tuned` row trains the setting `circlebench tune` found for its loss "
-        "on class-disjoint folds of the training classes (never the test classes), with the "
-        "budget its group states, the same for every loss of the group.",
+        "training. A `tuned` row trains the setting `circlebench tune` found for its loss on "
+        "class-disjoint folds of the training classes (never the test classes), with the budget "
+        "its group states, the same for every loss of the group; only tuned rows are compared. "
+        "`Δ floor` and `Δ Circle` are paired differences of the first metric (per seed, then "
+        "mean ± 95 % CI) to the floor and to tuned pair-wise Circle loss; `Δ default`, of a tuned "
+        "loss to the same loss as configured; `*` marks an interval that excludes 0. A "
+        "`default` row (the configured setting, no budget spent finding it) is shown, not "
+        "compared.",
         "",
     ]
     for group, rows in board.groupby("group", sort=False):
@@ -179,7 +183,7 @@ def _group_table(
     settings = ["setting"] if tuned else []
     head = ["loss", "labels", *settings, "params", *varying, "seeds", *metrics, *delta_heads]
     head += ["s/run"]
-    lines = [f"## {group}", "", facts, "", "| " + " | ".join(head) + " |"]
+    lines = [f"## {group}", "", facts, "", *untuned_note(rows), "| " + " | ".join(head) + " |"]
     lines.append("|" + "---|" * len(head))
     for _, row in rows.iterrows():
         cells = [row["loss"], row["labels"], *([setting(row)] if tuned else [])]
@@ -197,6 +201,27 @@ def _group_table(
     return [*lines, ""]
 
 
+def untuned_note(rows: pd.DataFrame) -> list[str]:
+    """Why a group's untuned rows carry no difference (`aggregate.compared`), as a paragraph."""
+    tuned = rows.apply(is_tuned, axis=1)
+    losses = rows["loss"] != FLOOR_LOSS
+    if tuned.any() and (losses & ~tuned).any():
+        return [
+            "The `default` rows run each loss's configured setting, not tuned with the group's "
+            "budget: shown for reference, not compared (no Δ floor, no Δ Circle, not in the "
+            "plots).",
+            "",
+        ]
+    if not tuned.any() and losses.any():
+        return [
+            "An untuned pipeline check: every loss runs its configured setting, with no tuning "
+            "budget, so the losses are shown and not compared (no Δ floor, no Δ Circle, no "
+            "plots). These rows show that each loss trains end to end in this track.",
+            "",
+        ]
+    return []
+
+
 def terminal_summary(board: pd.DataFrame) -> list[tuple[str, list[list[str]]]]:
     """Per group, one row per loss: the first metric ± CI and its differences to the floor and
     to pair-wise Circle loss: what the command prints when it has aggregated the board."""
@@ -207,9 +232,11 @@ def terminal_summary(board: pd.DataFrame) -> list[tuple[str, list[list[str]]]]:
         if not metrics:
             continue
         first = metrics[0]
-        references = ["floor", "circle"]
+        references = [
+            r for r in ("floor", "circle", "default")
+            if rows.get(f"{first}_vs_{r}_mean", pd.Series()).notna().any()
+        ]  # fmt: skip
         tuned = "tuning" in rows and rows["tuning"].astype(bool).any()
-        references += ["default"] if tuned else []
         head = ["loss", "labels", *(["setting"] if tuned else []), "seeds", first]
         body = [head + [f"Δ {_REFERENCE_NAMES[r]} {first}" for r in references]]
         for _, row in rows.iterrows():

@@ -19,17 +19,25 @@ import numpy as np
 import pandas as pd
 
 from benchmark.evaluation.metrics import metric_columns
+from benchmark.leaderboard.aggregate import compared
 from benchmark.leaderboard.run_logs import experiments, final_similarities, training_curves
+
+KINDS = ("recall_at_k", "sp_sn_training", "sp_sn_scatter")  # the file name's `<kind>_<group>`
 
 
 def write_plots(board: pd.DataFrame, rows: pd.DataFrame, out_dir: Path) -> list[Path]:
-    """Write each group's plots; returns the files written (runs without logs get none)."""
+    """Write each group's plots of the experiments it compares (`aggregate.compared`: its
+    tuned losses and floor); returns the files written (runs without logs get none)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     experiment = experiments(rows)
-    for group, entries in board.groupby("group", sort=False):
+    shown = compared(board)
+    for group in set(board["group"]) - set(shown["group"]):  # an earlier run's, now stale
+        for kind in KINDS:
+            (out_dir / f"{kind}_{group}.png").unlink(missing_ok=True)
+    for group, entries in shown.groupby("group", sort=False):
         written.append(recall_plot(entries, out_dir / f"recall_at_k_{group}.png"))
-        runs = rows[experiment.str.split("/").str[0] == group]
+        runs = rows[experiment.isin(entries["experiment"])]
         for path in (
             training_curves_plot(runs, out_dir / f"sp_sn_training_{group}.png"),
             similarity_scatter_plot(runs, out_dir / f"sp_sn_scatter_{group}.png"),

@@ -19,7 +19,8 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from benchmark.evaluation.metrics import metric_columns
-from benchmark.leaderboard.markdown import format_params, setting, tuning_rows
+from benchmark.leaderboard.aggregate import compared
+from benchmark.leaderboard.markdown import format_params, setting, tuning_rows, untuned_note
 from benchmark.leaderboard.report_figures import (
     metric_bars,
     similarity_scatter,
@@ -79,9 +80,12 @@ def report_html(
         runs = rows[run_groups == group] if len(rows) else rows
         body.append(f"<section id='group-{index}'><h2>{_e(str(group))}</h2>")
         body.append(_facts(_group_facts(entries)))
+        body += [f"<p class='note'>{_e(line)}</p>" for line in untuned_note(entries) if line]
         body.append(_table(entries))
+        shown = compared(entries)  # the figures compare tuned losses only
+        runs = runs[experiments(runs).isin(shown["experiment"])] if len(runs) else runs
         group_figures = [
-            ("bars", metric_bars(entries, _metrics(entries))),
+            ("bars", metric_bars(shown, _metrics(shown)) if len(shown) else None),
             ("curves", training_curves_figure(runs)),
             ("scatter", similarity_scatter(runs)),
         ]

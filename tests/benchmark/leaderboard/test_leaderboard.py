@@ -19,7 +19,7 @@ from scipy import stats
 
 from benchmark.leaderboard import command as leaderboard
 from benchmark.leaderboard import numerics, runner
-from benchmark.leaderboard.aggregate import aggregate_rows, ci95, read_leaderboard
+from benchmark.leaderboard.aggregate import aggregate_rows, ci95, compared, read_leaderboard
 from benchmark.leaderboard.check import compare
 from benchmark.leaderboard.markdown import (
     format_difference,
@@ -93,11 +93,13 @@ def test_aggregate_rows_refuses_runs_with_different_settings() -> None:
         aggregate_rows(rows)
 
 
+BUDGET = "30 trials x 3 folds"  # a tuned row's `tuning`: the budget its setting was found with
 PAIRED_ROWS = frame(
     *[row(f"syn/floor/seed{s}", s, f, loss=FLOOR_LOSS, labels="", epochs="0")
       for s, f in enumerate([30.0, 34.0, 31.0, 29.0])],
-    *[row(f"syn/circle/seed{s}", s, c) for s, c in enumerate([41.0, 43.5, 40.0, 42.0])],
-    *[row(f"syn/triplet/seed{s}", s, t, loss="TripletLoss")
+    *[row(f"syn/circle/seed{s}", s, c, tuning=BUDGET)
+      for s, c in enumerate([41.0, 43.5, 40.0, 42.0])],
+    *[row(f"syn/triplet/seed{s}", s, t, loss="TripletLoss", tuning=BUDGET)
       for s, t in enumerate([35.0, 44.0, 30.0])],
 )  # fmt: skip
 
@@ -116,6 +118,36 @@ def test_paired_differences_match_scipy_on_hand_made_seeds() -> None:
     assert math.isnan(board.loc["syn/circle", "R@1_vs_circle_mean"])
 
 
+def test_an_untuned_row_is_shown_and_compared_with_nothing() -> None:
+    """A configured setting had no budget spent on it: no difference to the floor or to Circle,
+    and no place in the plots; a tuned row keeps its differences, `vs_default` included."""
+    untuned = [row(f"syn/triplet_default/seed{s}", s, 33.0 + s, loss="TripletLoss")
+               for s in range(3)]  # fmt: skip
+    board = aggregate_rows(pd.concat([PAIRED_ROWS, frame(*untuned)])).set_index("experiment")
+    for column in ("R@1_vs_floor_mean", "R@1_vs_circle_mean", "R@1_vs_default_mean"):
+        assert math.isnan(board.loc["syn/triplet_default", column])
+    assert not math.isnan(board.loc["syn/triplet", "R@1_vs_floor_mean"])
+    shown = set(compared(board.reset_index())["experiment"])
+    assert shown == {"syn/floor", "syn/circle", "syn/triplet"}
+    text = leaderboard_markdown(board.reset_index(), title="T", description="",
+                                paper=pd.DataFrame(), paper_datasets={})  # fmt: skip
+    assert "The `default` rows run each loss's configured setting" in text
+
+
+def test_a_group_without_tuned_rows_is_an_untuned_pipeline_check(tmp_path: Path) -> None:
+    untuned = PAIRED_ROWS.assign(tuning="")
+    board = aggregate_rows(untuned)
+    deltas = [c for c in board if "_vs_" in c and c.endswith("_mean")]
+    assert board[deltas].isna().all().all()
+    assert compared(board).empty
+    text = leaderboard_markdown(board, title="T", description="", paper=pd.DataFrame(),
+                                paper_datasets={})  # fmt: skip
+    assert "An untuned pipeline check" in text and "| Δ floor" not in text
+    ((_, table),) = terminal_summary(board)
+    assert table[0] == ["loss", "labels", "seeds", "R@1"]
+    assert write_plots(board, untuned, tmp_path) == []
+
+
 def test_markdown_marks_differences_whose_interval_excludes_zero() -> None:
     text = leaderboard_markdown(
         aggregate_rows(PAIRED_ROWS), title="T", description="", paper=pd.DataFrame(),
@@ -131,10 +163,11 @@ def test_markdown_marks_differences_whose_interval_excludes_zero() -> None:
 
 def test_the_terminal_summary_shows_each_loss_beside_the_floor() -> None:
     ((_, table),) = terminal_summary(aggregate_rows(PAIRED_ROWS))
-    assert table[0] == ["loss", "labels", "seeds", "R@1", "Δ floor R@1", "Δ Circle R@1"]
+    head = ["loss", "labels", "setting", "seeds", "R@1", "Δ floor R@1", "Δ Circle R@1"]
+    assert table[0] == head
     circle = next(line for line in table if line[0] == "CircleLoss")
-    assert circle[4] == "+10.62 ± 2.86 *" and circle[5] == "–"
-    assert any(line[0] == "none (pretrained)" and line[4] == "–" for line in table)
+    assert circle[2] == "tuned" and circle[5] == "+10.62 ± 2.86 *" and circle[6] == "–"
+    assert any(line[0] == "none (pretrained)" and line[5] == "–" for line in table)
 
 
 def test_markdown_shows_paper_numbers_only_for_declared_datasets() -> None:
@@ -380,7 +413,7 @@ def test_suite_runs_once_then_resumes(project: Path, calls: list[list[str]]) -> 
     assert list(board["experiment"]) == ["syn/circle", "syn/triplet"]
     assert board["R@1_mean"].tolist() == [50.5, 50.5]
     plots = sorted(p.name for p in (project / "results/suites/t/plots").iterdir())
-    assert plots == ["recall_at_k_syn.png", "sp_sn_scatter_syn.png", "sp_sn_training_syn.png"]
+    assert plots == []  # an untuned group compares nothing: no plots (aggregate.compared)
     assert "<table class='board'>" in (project / "results/suites/t/report.html").read_text()
     leaderboard.main(["--suite", "t", "--no-wandb"])
     assert len(calls) == 4  # everything was done
@@ -506,7 +539,7 @@ def test_plots_are_written_from_logs(tmp_path: Path) -> None:
     fake_fit([])(["--cell_id", "syn/circle/seed0", "--seed_everything", "0", "--results_csv",
                   str(tmp_path / "rows.csv"), f"--trainer.default_root_dir={tmp_path / 'run'}"],
                  tmp_path / "log", None)  # fmt: skip
-    rows = read_results(tmp_path / "rows.csv")
+    rows = read_results(tmp_path / "rows.csv").assign(tuning=BUDGET)  # only tuned rows plot
     written = write_plots(aggregate_rows(rows), rows, tmp_path / "plots")
     assert [p.name for p in written] == [
         "recall_at_k_syn.png",
