@@ -58,8 +58,9 @@ class FeatureDataset(Dataset):
 class WholeBatches(Dataset):
     """A `FeatureDataset` that a DataLoader reads a batch at a time (`collate_fn=whole_batch`).
 
-    Read a sample at a time, indexing and collating took 0.5 ms a batch at B = 32 on one core:
-    4 % of a frozen-track cell's time.
+    Read a sample at a time, a batch would cost B indexing calls and a collation, a visible
+    share of a small step; one gather serves it.
+    Measured: docs/benchmarks/training.md#where-a-frozen-track-cells-time-goes.
     """
 
     def __init__(self, items: FeatureDataset) -> None:
@@ -146,10 +147,11 @@ def extract_features(
     On the CPU, when torch's intra-op threads leave cores idle (a leaderboard cell has one
     thread), that many batches run at once, each in a thread of its own. Each batch is then
     computed by the kernels that would compute it alone, so the features are the same bit for
-    bit, in half the time on 2 cores. (More intra-op threads instead would not do: oneDNN
-    computes small batches with other kernels then, which is why the cache key holds the
-    thread count.) Images are loaded here, in order: seeded views draw from torch's global
-    generator, which threads would share.
+    bit, and no core sits idle (measured:
+    docs/benchmarks/training.md#where-a-frozen-track-cells-time-goes). (More intra-op threads
+    instead would not do: oneDNN computes small batches with other kernels then, which is why
+    the cache key holds the thread count.) Images are loaded here, in order: seeded views draw
+    from torch's global generator, which threads would share.
     """
     # Its own generator: the loader's worker seed is then not drawn from torch's global one.
     loader = DataLoader(

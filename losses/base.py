@@ -83,9 +83,10 @@ class MetricLoss(nn.Module, ABC):
                 "a loss needs at least one sample: check the sampler and the dataset"
             )
         # The sum is finite when every value is, unless it overflows (then the exact test below
-        # clears it): one reduction and host sync, 4 us on a 32 x 1280 batch against 85 us for
-        # the elementwise test, which runs on the error path only. Detached: converting a tensor
-        # that requires grad to a Python float warns.
+        # clears it): one reduction and host sync, cheaper than the elementwise test (a boolean
+        # tensor and its reduction), which runs on the error path only (measured:
+        # docs/benchmarks/training.md#where-a-frozen-track-cells-time-goes). Detached: converting
+        # a tensor that requires grad to a Python float warns.
         if math.isfinite(float(embeddings.detach().sum())):
             return
         finite = torch.isfinite(embeddings)

@@ -79,9 +79,9 @@ class _Cosine(torch.autograd.Function):
 
     The forward is F.normalize's, bit for bit. Autograd's backward of F.normalize runs a chain of
     full-size ops on the proxies [C, D] (the division's gradient with respect to the expanded
-    norm, the norm's own): about 1.5 ms of a 10-12 ms CosFace step at C = 400, D = 1,280 on
-    one core.
-    Here each side's gradient is one matmul and one projection onto the sphere's tangent space.
+    norm, the norm's own), every step. Here each side's gradient is one matmul and one projection
+    onto the sphere's tangent space.
+    Measured: docs/benchmarks/training.md#measurements-behind-the-code.
     """
 
     @staticmethod
@@ -194,9 +194,11 @@ def masked_logsumexp(x: Tensor, mask: Tensor, dim: int = 1) -> Tensor:
 
 class LazyStats(Mapping[str, Tensor]):
     """`last_stats` computed at their first read, for a loss whose statistics cost a product of
-    their own (softmax's cosines to the classifier: 0.5 ms of a 9 ms frozen-track step, on every
-    step, for values logged every tenth). `compute` must capture the tensors it reads as they are
-    at the forward (a clone of any parameter the optimiser will change in place)."""
+    their own (softmax's cosines to the classifier: a normalisation and a [B, C] product on every
+    step, for values logged every tenth; measured:
+    docs/benchmarks/training.md#where-a-frozen-track-cells-time-goes). `compute` must capture the
+    tensors it reads as they are at the forward (a clone of any parameter the optimiser will
+    change in place)."""
 
     def __init__(self, compute: Callable[[], dict[str, Tensor]]) -> None:
         self._compute: Callable[[], dict[str, Tensor]] | None = compute

@@ -7,9 +7,10 @@ fresh temporary folder and feature cache:
   with what the cache computed); the others should only read it (the hit rate says so).
   They run with the fork-server runner (the leaderboard's default) and again with a fresh
   interpreter per cell (`--isolation subprocess`), the baseline the ratio is taken against.
-* `end-to-end`: the same cells of the end-to-end CPU config, fork-server runner only (a cell is
-  a minute of training; the runner saves the same ~10 s of imports as above).
-A suite with `--jobs 2` on 2 cores runs about twice the cells per minute.
+* `end-to-end`: the same cells of the end-to-end CPU config, fork-server runner only (a cell
+  trains longer; the runner saves it the same imports as above).
+A suite with `--jobs N` runs N cells at once: on N idle cores, up to N times the cells per minute.
+Measured: docs/benchmarks/training.md#cells-per-minute-and-the-feature-cache.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ same files are read by a plain `torchvision.datasets.ImageFolder` with the same 
 counts images delivered by the loader, medians over `--repeat` passes of `--batches` batches.
 
 `--threads` sets torch's intra-op threads of the main process (DataLoader workers always use
-one). It defaults to 1 because per-image transforms gain nothing from more: on a loaded 2-core
-machine, 2 threads made one 224 px train transform take 102 ms instead of 1.1 ms.
+one). It defaults to 1 because per-image transforms gain nothing from more threads, and on a
+loaded machine the threads wait on each other (measured: docs/benchmarks/data.md).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Times RetrievalEvaluator on clustered random embeddings of the real datasets' sizes, for every
 backend available here, next to a plain baseline: float32 similarity rows, a full descending
 sort per query, metrics from the sorted relevance matrix. The baseline's full matrix does not
-fit in memory at these sizes, so it runs in query chunks; where it would take minutes it runs on
-the first `--baseline-queries` queries and its time is scaled linearly (printed as such).
+fit in memory at these sizes, so it runs in query chunks; beyond `--baseline-queries` queries
+it runs on the first ones and its time is scaled linearly (printed as such).
 
 `--device cuda` (the default `auto` where CUDA is visible) runs the evaluator, the baseline and
 the peers on the GPU and adds each one's GPU memory peak (torch's allocator) beside host RSS.
@@ -228,7 +228,7 @@ RERANK_MEMORY_TARGET_GB = 3.0  # issue 14: Market-1501 re-ranked on a CPU within
 
 
 def run_rerank(case: Case) -> None:
-    """Time k-reciprocal re-ranking (one run: it takes minutes on 2 cores) beside the plain
+    """Time k-reciprocal re-ranking (one run: it costs several plain evaluations) beside the plain
     exact evaluation of the same data, and report its peak memory against the 3 GB target."""
     if case.protocol != "query_gallery":
         print(f"{case.name}: no re-ranking (it needs query_gallery)")

@@ -153,7 +153,7 @@ def table(results: list[Result]) -> str:
 
 def without_cpu_faiss(steps: list[Step]) -> list[Step]:
     """`steps` less the faiss ones when this faiss cannot use the GPU: they would time faiss's
-    CPU product (minutes at SOP size) and say nothing of the GPU."""
+    CPU product (an exhaustive CPU search at the cases' sizes) and say nothing of the GPU."""
     from benchmark.evaluation.faiss_blocks import faiss_has_gpu, import_faiss
 
     kept = [s for s in steps if s.path not in ("faiss", "faiss-top-k")]

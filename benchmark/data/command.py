@@ -120,7 +120,8 @@ def _unreadable(path: str, strict_jpeg: Callable[[bytes], object] | None) -> str
     """
     try:
         with Image.open(path) as image:
-            # a 1/8-scale JPEG draft still reads every byte, so truncation shows, 8× faster
+            # a 1/8-scale JPEG draft still reads every byte, so truncation shows, without the
+            # full-size inverse DCT (measured: docs/benchmarks/data.md#measurements-behind-the-code)
             image.draft("RGB", (max(1, image.width // 8), max(1, image.height // 8)))
             image.load()
             jpeg = image.format in ("JPEG", "MPO")

@@ -2,10 +2,10 @@
 
 Band pairs are scattered over the gallery, so a sampled (SDDMM) product needs them sorted into
 a sparse pattern and gathers rows piece by piece; one compiled loop over the pairs reads each
-row in place, in any pair order, on every core (on SOP in `bench eval`: the float32 re-check
-1.8x and the exact references 5x faster than torch's sampled CSR product). Reassociation
-lets the compiler vectorise the sums; the bounds that use these values hold for every
-summation order, and contracting into FMA only drops roundings.
+row in place, in any pair order, on every core (measured against torch's sampled CSR product:
+docs/benchmarks/evaluation.md#measurements-behind-the-code). Reassociation lets the compiler
+vectorise the sums; the bounds that use these values hold for every summation order, and
+contracting into FMA only drops roundings.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ def raw_cosines(x, y, x_norms, y_norms, x_rows, y_rows, out):
     for the pairs (i, j) = (x_rows[m], y_rows[m]); float32 rows, float64 norms.
 
     Four pairs share each pass over d: four independent sums keep the FMA units busy where one
-    sum waits on its own latency (1.15-1.3x faster at D = 512 and 2048 here).
+    sum waits on its own latency.
+    Measured: docs/benchmarks/evaluation.md#measurements-behind-the-code.
     """
     quads = out.size // 4
     for k in prange(quads + out.size % 4):
@@ -70,9 +71,10 @@ def unit_dots(x, y, x_norms, y_norms, x_rows, y_rows, out):
 @njit(nogil=True, cache=True)
 def bucket_sort(keys, values, n_keys):
     """(`keys`, `values`) reordered so that `keys` (integers in [0, n_keys)) ascend, stably: a
-    counting sort, O(M + n_keys), that moves the pairs themselves. argsort of the band pairs took
-    longer than the products it orders, and gathering both arrays through a permutation cost
-    13 ns a pair on int8's bands (two random reads), more than the sort."""
+    counting sort, O(M + n_keys), that moves the pairs themselves: a comparison sort of the band
+    pairs, O(M log M), can cost more than the products it orders, and gathering both arrays
+    through a permutation costs two random reads a pair, more than the counting sort (measured:
+    docs/benchmarks/evaluation.md#measurements-behind-the-code)."""
     starts = np.zeros(n_keys + 1, np.int64)
     for m in range(keys.size):
         starts[keys[m] + 1] += 1

@@ -1,9 +1,10 @@
 """Compiled passes of `similarity.prepare`: float64 norms, float32 unit rows, int8 copies.
 
-torch's float64 `vector_norm` of a float32 matrix converts it first and runs at ~17 ns per
-entry here (`bench eval`, MSMT17: 4 s of norms); one compiled pass per row reads each entry
-once. The unit rows are formed as in the reference (float32 division by the float32 norm),
-without fastmath, so every quantity below is a function of exactly those values.
+torch's float64 `vector_norm` of a float32 matrix converts the whole matrix to float64 first
+(measured: docs/benchmarks/evaluation.md#measurements-behind-the-code); one compiled pass per
+row reads each entry once. The unit rows are formed as in the reference (float32 division by
+the float32 norm), without fastmath, so every quantity below is a function of exactly those
+values.
 """
 
 from __future__ import annotations

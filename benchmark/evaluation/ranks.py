@@ -37,9 +37,10 @@ from benchmark.evaluation.bands import (
 from benchmark.evaluation.sets import excluded
 from benchmark.evaluation.similarity import UnitEmbeddings, exact_similarities, shortlist_error
 
-# A block whose band holds more than this share of its pairs is recomputed in float32: the
-# re-check costs ~100 ns a band pair, the float32 product ~5 ns a pair at D = 512 on 2 Zen 4
-# cores (`bench eval --case collapsed --path int8`), and both scale alike with D.
+# A block whose band holds more than this share of its pairs is recomputed in float32: past it,
+# re-checking the band pair by pair costs more than the float32 product of the whole block. The
+# share is the ratio of the two costs per pair, which scale alike with D (measured, `bench eval
+# --case collapsed --path int8`: docs/benchmarks/evaluation.md#measurements-behind-the-code).
 FALLBACK_SHARE = 0.05
 
 

@@ -191,8 +191,10 @@ class MetricLearningModule(pl.LightningModule):
         """Write this step's loss and `last_stats` to the loggers as `train/*`, at Lightning's
         `log_every_n_steps` (the stats are read only then: some losses compute them lazily).
 
-        Straight to the loggers rather than through `self.log`: its bookkeeping costs ~0.8 ms a
-        call, a fifth of a frozen-track cell's time, for per-step values that need no reduction.
+        Straight to the loggers rather than through `self.log`, whose bookkeeping (each value
+        moved to its device as a result metric) weighs as much as a small step's arithmetic, for
+        per-step values that need no reduction.
+        Measured: docs/benchmarks/training.md#where-a-frozen-track-cells-time-goes.
         """
         step = self.global_step  # optimiser steps before this one
         every = getattr(self.trainer, "log_every_n_steps", 1)  # set by Lightning, not declared

@@ -4,8 +4,9 @@ Lightning sets `PYTORCH_NVML_BASED_CUDA_CHECK=1` at import, so that asking wheth
 available does not initialise CUDA in a process that may fork. `torch.optim` asks at every
 `step()` (its graph-capture check), and with the variable set, torch's CUDA builds then try to
 load `libnvidia-ml.so.1` each time; where that library is absent the load fails and torch asks
-the CUDA runtime instead, exactly what it does without the variable. The failed load cost
-0.29 ms of a frozen-track cell's ~9 ms step (1,650 steps, one Zen 4 core; 2026-11-26).
+the CUDA runtime instead, exactly what it does without the variable. The failed load is paid
+at every optimiser step, a visible share of a small step.
+Measured: docs/benchmarks/training.md#where-a-frozen-track-cells-time-goes.
 """
 
 from __future__ import annotations
