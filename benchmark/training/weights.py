@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from benchmark.training import lite0
 from benchmark.training.bninception import CHECKPOINT_URL, BNInception
+from benchmark.training.tokens import is_token_backbone, token_backbone_kwargs
 
 LITE0 = ("efficientnet_lite0", "tf_efficientnet_lite0")  # same tensors; the package fits both
 
@@ -60,6 +61,7 @@ def pretrained_backbone(
     else:
         # The TF-trained lite0 weights go with TF's BatchNorm epsilon (timm's default is 1e-5).
         kwargs: dict[str, Any] = {"bn_eps": lite0.BN_EPS} if tf_lite0 else {}
+        kwargs |= token_backbone_kwargs() if is_token_backbone(name) else {}
         model = timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
         convention, classifier = _timm_convention(model), _pretrained_cfg(model).get("classifier")
     if tf_lite0 and state is not None:
@@ -93,7 +95,8 @@ def _timm_convention(model: nn.Module) -> InputConvention:
 
 def _timm_hub_backbone(name: str) -> nn.Module:
     try:
-        return timm.create_model(name, pretrained=True, num_classes=0)
+        kwargs = token_backbone_kwargs() if is_token_backbone(name) else {}
+        return timm.create_model(name, pretrained=True, num_classes=0, **kwargs)
     except OSError as err:  # no network: huggingface_hub / urllib raise OSError subclasses
         raise RuntimeError(
             f"could not download pretrained weights for {name!r} from the timm hub ({err}); "
