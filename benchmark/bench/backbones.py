@@ -7,8 +7,11 @@ does with each backbone: the figure that turns a suite's images into GPU-hours (
 the rows, with their device, torch version and date, to a file such as `results/throughput.csv`).
 
 Backbones are built without weights (`timm.create_model(name, pretrained=False)`, our
-BN-Inception): the speed of a network does not depend on its weights. ViTs are built at the
-asked image size (timm's `img_size`), so a DINOv2 ViT-S/14 at 224 px sees 16 x 16 patches.
+BN-Inception): the speed of a network does not depend on its weights. Token backbones (timm's
+ViT family) are built as the embedder builds them (`benchmark.training.tokens`): any image size,
+padded to the patch grid, so a DINOv2 ViT-S/14 sees 16 x 16 patches at 224 px and 5 x 5 at 64.
+On a CPU, `--threads` sets torch's intra-op threads and `--precision 32-true` avoids bf16
+emulation on CPUs without bf16 instructions.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ COLUMNS = (
 )
 
 
-def build(name: str, image_size: int) -> nn.Module:
+def build(name: str) -> nn.Module:
     """The backbone `name` without weights, returning pooled features [B, C]."""
     if name == "bninception":
         from benchmark.training.bninception import BNInception
@@ -57,7 +60,9 @@ def build(name: str, image_size: int) -> nn.Module:
         return _Pooled(BNInception())
     import timm
 
-    kwargs: dict[str, Any] = {"img_size": image_size} if "vit" in name or "deit" in name else {}
+    from benchmark.training.tokens import is_token_backbone, token_backbone_kwargs
+
+    kwargs: dict[str, Any] = token_backbone_kwargs() if is_token_backbone(name) else {}
     return timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
 
 
@@ -99,7 +104,7 @@ def images_per_s(step: Callable[[], object], batch: int, steps: int, warmup: int
 def measure(name: str, args: argparse.Namespace, device: torch.device) -> dict[str, object]:
     """One backbone's training and extraction rates on `device`."""
     torch.manual_seed(0)
-    backbone = build(name, args.image_size).to(device)
+    backbone = build(name).to(device)
     head = nn.Linear(int(backbone.num_features), 512).to(device)  # type: ignore[arg-type]
     if device.type == "cuda" and "vit" not in name:
         backbone = backbone.to(memory_format=torch.channels_last)
@@ -156,11 +161,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--csv", type=Path, help="append the rows to this CSV file")
+    parser.add_argument("--threads", type=int, help="torch's CPU threads (default: torch's)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     rows = []
     print(f"torch {torch.__version__}, device {device}, {args.precision}, {args.image_size} px, "
-          f"batch {args.batch}, {args.steps} steps after {args.warmup}")  # fmt: skip
+          f"batch {args.batch}, {args.steps} steps after {args.warmup}, "
+          f"{torch.get_num_threads()} CPU threads")  # fmt: skip
     for name in args.backbone or DEFAULT_BACKBONES:
         row = measure(name, args, device)
         rows.append(row)

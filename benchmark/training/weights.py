@@ -3,8 +3,10 @@
 `pretrained_backbone(name, pretrained)` returns a headless backbone (`forward_features`,
 `num_features`), the input convention its weights were trained with, and the source string
 recorded in results rows. Sources: the offline EfficientNet-Lite0 package, Cadene's BN-Inception
-URL, the timm hub, or a local state-dict file; nothing downloads unless `pretrained=True` names
-an online source.
+URL, the timm hub, or a local file (a `.safetensors` file or a torch state dict, checked against
+the architecture by `benchmark.training.state_dicts`); nothing downloads unless `pretrained=True`
+names an online source. Token backbones (timm's ViT family) are built for any image size
+(`benchmark.training.tokens`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from torch import Tensor, nn
 
 from benchmark.training import lite0
 from benchmark.training.bninception import CHECKPOINT_URL, BNInception
+from benchmark.training.state_dicts import headless_state
+from benchmark.training.tokens import is_token_backbone, token_backbone_kwargs
 
 LITE0 = ("efficientnet_lite0", "tf_efficientnet_lite0")  # same tensors; the package fits both
 
@@ -60,6 +64,7 @@ def pretrained_backbone(
     else:
         # The TF-trained lite0 weights go with TF's BatchNorm epsilon (timm's default is 1e-5).
         kwargs: dict[str, Any] = {"bn_eps": lite0.BN_EPS} if tf_lite0 else {}
+        kwargs |= token_backbone_kwargs() if is_token_backbone(name) else {}
         model = timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
         convention, classifier = _timm_convention(model), _pretrained_cfg(model).get("classifier")
     if tf_lite0 and state is not None:
@@ -93,11 +98,13 @@ def _timm_convention(model: nn.Module) -> InputConvention:
 
 def _timm_hub_backbone(name: str) -> nn.Module:
     try:
-        return timm.create_model(name, pretrained=True, num_classes=0)
+        kwargs = token_backbone_kwargs() if is_token_backbone(name) else {}
+        return timm.create_model(name, pretrained=True, num_classes=0, **kwargs)
     except OSError as err:  # no network: huggingface_hub / urllib raise OSError subclasses
         raise RuntimeError(
             f"could not download pretrained weights for {name!r} from the timm hub ({err}); "
-            "offline, pass pretrained=<path to a state-dict .pth> or pretrained=False"
+            "offline, pass pretrained=<path to a .safetensors or state-dict .pth file> or "
+            "pretrained=False (docs: Modern backbones)"
         ) from err
 
 
@@ -112,12 +119,15 @@ def _downloaded_state(url: str) -> dict[str, Tensor]:
 
 
 def _read_state(path: Path) -> dict[str, Tensor]:
-    """State dict in `path` (unwrapping a {'state_dict': ...} checkpoint), on the CPU."""
+    """State dict in `path` (a `.safetensors` file, or a torch file unwrapping a
+    {'state_dict': ...} checkpoint), on the CPU."""
     if not path.is_file():
         raise FileNotFoundError(
-            f"pretrained weights file {str(path)!r} not found; pass an existing .pth state dict, "
-            "pretrained=True for the built-in source, or pretrained=False"
+            f"pretrained weights file {str(path)!r} not found; pass an existing .safetensors or "
+            ".pth state dict, pretrained=True for the built-in source, or pretrained=False"
         )
+    if path.suffix == ".safetensors":
+        return _read_safetensors(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError) as err:
@@ -127,6 +137,21 @@ def _read_state(path: Path) -> dict[str, Tensor]:
     return dict(state)
 
 
+def _read_safetensors(path: Path) -> dict[str, Tensor]:
+    try:
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+    except ImportError as err:
+        raise ImportError(
+            f"reading {path} needs safetensors: `pip install safetensors`, or save the "
+            "weights with torch.save(model.state_dict(), 'weights.pth') and pass that file"
+        ) from err
+    try:
+        return load_file(path, device="cpu")
+    except SafetensorError as err:
+        raise ValueError(f"{path} is not a safetensors file: {err}") from err
+
+
 def _load_headless(
     model: nn.Module,
     state: dict[str, Tensor],
@@ -134,11 +159,5 @@ def _load_headless(
     source: str,
     classifier: str | tuple[str, ...] | None,
 ) -> None:
-    """Load `state` with strict=True after dropping the classifier the headless model lacks."""
-    names = (classifier,) if isinstance(classifier, str) else tuple(classifier or ())
-    prefixes = tuple(f"{c}." for c in names)
-    state = {k: v for k, v in state.items() if not (prefixes and k.startswith(prefixes))}
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as err:
-        raise ValueError(f"weights from {source} do not fit backbone {name!r}: {err}") from err
+    """Load `state` with strict=True once `headless_state` has fitted and checked it."""
+    model.load_state_dict(headless_state(model, state, name, source, classifier), strict=True)
