@@ -22,11 +22,13 @@ from rich.console import Console
 
 from benchmark.devices import usable_cores
 from benchmark.errors import ArgumentParser
+from benchmark.launch.fork_server import fork_available
+from benchmark.launch.forked import run_forked
+from benchmark.launch.processes import terminal_console
 from benchmark.leaderboard import numerics
 from benchmark.leaderboard.aggregate import aggregate_rows, read_leaderboard, write_csv
 from benchmark.leaderboard.cells import CellRunner, CellSettings, Launcher, RunSummary
 from benchmark.leaderboard.check import compare
-from benchmark.leaderboard.fork_server import fork_available
 from benchmark.leaderboard.markdown import (
     leaderboard_markdown,
     read_paper_reference,
@@ -39,16 +41,14 @@ from benchmark.leaderboard.runner import (
     fork_runner,
     in_process_runner,
     run_cells,
-    run_forked,
     subprocess_runner,
-    terminal_console,
 )
 from benchmark.leaderboard.slurm_cells import print_status
 from benchmark.leaderboard.slurm_options import add_slurm_arguments, slurm_launcher
 from benchmark.leaderboard.suite import Suite, load_suite
 from benchmark.manual import manual_line
 from benchmark.training.atomic import write_text
-from benchmark.training.results import read_results
+from benchmark.training.rows import read_results
 from benchmark.tuning.tuned import GroupStudies, group_studies
 
 DEFAULT_TOLERANCE = 1.0  # percentage points: one flipped query of 160; docs/leaderboards/check.md
