@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import sys
 
-from benchmark.collector import import_frozen
 from benchmark.errors import short_errors, take_debug_flag
+from benchmark.launch.frozen import import_frozen
 from benchmark.manual import PAGES, page_url
 
 # command -> (module whose `main(argv)` runs it, one line for `circlebench --help`)
@@ -92,7 +92,7 @@ def _run(command: str, args: list[str], *, from_shell: bool) -> None:
         what = f"unknown command {command!r}" if command else "no command given"
         raise SystemExit(f"circlebench: {what}; choose one of: {', '.join(COMMANDS)}\n\n{usage()}")
     if forks_runs_here(command, args[1:]):
-        from benchmark.leaderboard.fork_server import start_fork_server
+        from benchmark.launch.fork_server import start_fork_server
 
         start_fork_server()
     module = import_frozen(COMMANDS[command][0])  # the training stack: 2 s less without GC

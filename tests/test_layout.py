@@ -13,12 +13,13 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("benchmark", "core", "datamodules", "losses", "samplers")
 # Layers, top to bottom: a module may import its own layer or any layer below it.
 LAYERS = {
-    "benchmark.cli": 5,
-    "benchmark.embedders": 5,  # the old class_path, an alias of benchmark.training.embedders
-    "benchmark.leaderboard": 4,
-    "benchmark.tuning": 4,  # tune reads suite groups; boards read tuned settings: one layer
-    "benchmark.bench": 4,
-    "benchmark.data": 4,
+    "benchmark.cli": 7,
+    "benchmark.embedders": 7,  # the old class_path, an alias of benchmark.training.embedders
+    "benchmark.leaderboard": 6,  # reads tuned settings, suite groups and GPU-hours from tuning
+    "benchmark.tuning": 5,
+    "benchmark.bench": 6,
+    "benchmark.data": 6,
+    "benchmark.launch": 4,  # runs work in processes and Slurm tasks for leaderboard and tuning
     "benchmark.training": 3,
     "datamodules": 2,
     "losses": 2,
@@ -129,3 +130,30 @@ def test_import_losses_loads_neither_numba_nor_the_evaluator() -> None:
 def test_layer_table_covers_every_benchmark_package() -> None:
     packages = {module_name(p) for p in (ROOT / "benchmark").glob("*/__init__.py")}
     assert packages <= set(LAYERS), f"add {packages - set(LAYERS)} to LAYERS"
+
+
+def package_of(module: str) -> str:
+    """`benchmark.<package>` for a module under `benchmark/`, else its top-level package."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "benchmark" else parts[0]
+
+
+def test_no_package_import_cycle() -> None:
+    """Packages import one way too: no chain of imports leads from a package back to itself."""
+    graph: dict[str, set[str]] = {}
+    for module, names in EDGES.items():
+        for name in names:
+            if package_of(name) != package_of(module):
+                graph.setdefault(package_of(module), set()).add(package_of(name))
+
+    def reachable(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    cyclic = sorted(p for p in graph if p in reachable(p))
+    assert cyclic == [], f"packages in an import cycle: {cyclic}"

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -167,7 +166,6 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--device cuda: torch sees no CUDA device; use --device cpu")
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda" if cuda else "cpu")
-    sys.argv = sys.argv[:1]  # the CLI below gets its arguments explicitly
     print(machine())
     torch.manual_seed(0)
     config_throughput(args.config, args.steps, args.warmup, device)

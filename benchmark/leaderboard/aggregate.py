@@ -32,7 +32,7 @@ from scipy import stats
 
 from benchmark.evaluation.metrics import metric_columns
 from benchmark.training.atomic import replaced
-from benchmark.training.results import FLOOR_LOSS, SETTINGS_COLUMNS
+from benchmark.training.rows import FLOOR_LOSS, SETTINGS_COLUMNS
 
 TUNED = ".tuned"  # the experiment suffix of a loss as tuned (`suite.Cell.experiment`)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from typing import Protocol
 from rich.console import Console
 
 from benchmark.leaderboard.suite import Cell
-from benchmark.training.results import drop_rows, read_results
+from benchmark.training.rows import drop_rows, read_results
 
 # (fit arguments, log file, CPU threads or None for torch's default) -> None;
 # raises CellFailedError.
@@ -171,25 +170,3 @@ def has_row(rows_csv: Path, cell_id: str) -> bool:
 def cell_log(work_dir: Path, cell_id: str) -> Path:
     """Where a cell's output goes: `<work_dir>/logs/<cell id with / as __>.log`."""
     return work_dir / "logs" / f"{cell_id.replace('/', '__')}.log"
-
-
-@contextlib.contextmanager
-def redirected_fds(target: int) -> Iterator[None]:
-    """Send this process's stdout and stderr to the open file descriptor `target` meanwhile.
-
-    At the descriptor level, so that C extensions and already-built logging handlers follow.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    os.dup2(target, 1)
-    os.dup2(target, 2)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in saved:
-            os.close(fd)

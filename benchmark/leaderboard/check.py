@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from benchmark.training.results import SETTINGS_COLUMNS
+from benchmark.training.rows import SETTINGS_COLUMNS
 
 VALUE_PP, CELL_MEAN_PP, MEAN_PP = 12.0, 5.0, 2.0  # other float kernels: see the docstring
 

@@ -21,11 +21,13 @@ import pandas as pd
 from rich.console import Console
 
 from benchmark.errors import ArgumentParser
+from benchmark.launch.fork_server import fork_available
+from benchmark.launch.forked import run_forked
+from benchmark.launch.processes import terminal_console
 from benchmark.leaderboard import numerics
 from benchmark.leaderboard.aggregate import aggregate_rows, read_leaderboard, write_csv
 from benchmark.leaderboard.cells import CellRunner, CellSettings, Launcher, RunSummary
 from benchmark.leaderboard.check import compare
-from benchmark.leaderboard.fork_server import fork_available
 from benchmark.leaderboard.markdown import (
     leaderboard_markdown,
     read_paper_reference,
@@ -38,16 +40,14 @@ from benchmark.leaderboard.runner import (
     fork_runner,
     in_process_runner,
     run_cells,
-    run_forked,
     subprocess_runner,
-    terminal_console,
 )
 from benchmark.leaderboard.slurm_cells import print_status
 from benchmark.leaderboard.slurm_options import add_slurm_arguments, slurm_launcher
 from benchmark.leaderboard.suite import Suite, load_suite
 from benchmark.manual import manual_line
 from benchmark.training.atomic import write_text
-from benchmark.training.results import read_results
+from benchmark.training.rows import read_results
 from benchmark.tuning.tuned import GroupStudies, group_studies
 from core.devices import usable_cores
 

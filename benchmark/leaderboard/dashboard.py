@@ -43,7 +43,7 @@ from benchmark.leaderboard.wandb_views import ViewStore, WandbViewStore, publish
 from benchmark.manual import manual_line
 from benchmark.training.atomic import write_text
 from benchmark.training.loggers import DEFAULT_TRACK, wandb_has_credentials, wandb_server_reachable
-from benchmark.training.results import read_results
+from benchmark.training.rows import read_results
 from benchmark.tuning.history import PROJECT as HISTORY_PROJECT
 
 LEADERBOARD_PROJECT = "circlebench-leaderboard"  # where `leaderboard` logs its table

@@ -1,154 +1,25 @@
-"""`--plan`: what a suite or a tuning study will run, and its GPU-hours, before anything starts.
-
-Every cell and study is resolved from the suite file and the configs (read as YAML, with the
-suite's `--key=value` overrides applied: dataset, backbone, image size, P x K, epochs,
-precision), the real datasets' official split sizes (`DatasetInfo.counts`), and a table of
-measured images/s per backbone and GPU, `results/throughput.csv` (the rows of
-`python -m benchmark.bench backbones --csv`, each with its device, torch version, date and
-source).
-
-A run's GPU time is its training images (the train split, each epoch) over the table's
-training rate plus its evaluated images (the test split once; while tuning, the validation fold
-after each epoch) over its extraction rate, both scaled from the table's image size by the pixel
-count. Loaders, start-up, checkpoints and evaluation's similarity product are not counted: the
-figure is a lower bound of the GPU's own time.
+"""`circlebench leaderboard --plan`: what a suite will run, and its GPU-hours, before anything
+starts: per group its cells, studies and data, with each run's and study's GPU-hours from
+`tuning.gpu_hours` (a lower bound: the GPU's own time).
 """
 
 from __future__ import annotations
 
-import csv
-import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-from benchmark.errors import read_yaml
-from benchmark.leaderboard.suite import Cell, Group, Suite
-from benchmark.tuning.experiment import Budget
-
-THROUGHPUT = Path("results/throughput.csv")
-
-
-@dataclass(frozen=True)
-class Workload:
-    """What one run of a config computes: images trained and evaluated, on which network."""
-
-    dataset: str | None  # a real dataset's name, None for synthetic data
-    backbone: str
-    pixels: int  # of one image
-    batch: int  # P x K
-    precision: str
-    epochs: int
-    train_images: int  # the train split
-    test_images: int  # query (+ gallery) split(s)
-
-
-def workload(config: Path, overrides: tuple[str, ...], root: Path = Path(".")) -> Workload:
-    """The Workload of `config` under `overrides` (those of the form `--a.b=value`)."""
-    from datamodules.catalog import DATASETS  # the datasets' sizes, without Lightning
-
-    spec = read_yaml(root / config) or {}
-    for word in overrides:
-        if word.startswith("--") and "=" in word:
-            path, value = word[2:].split("=", 1)
-            _set(spec, path.split("."), yaml.safe_load(value))
-    data = spec.get("data") or {}
-    args = data.get("init_args") or {}
-    images = (args.get("images") or {}).get("init_args") or args  # cached features: the images
-    embedder = ((spec.get("model") or {}).get("embedder") or {}).get("init_args") or {}
-    extractor = (args.get("extractor") or {}).get("init_args") or {}  # the frozen track's
-    trainer = spec.get("trainer") or {}
-    by_class = {cls.__name__: cls for cls in DATASETS.values()}
-    cls = by_class.get(str(data.get("class_path", "")).rsplit(".", 1)[-1])
-    info = getattr(cls, "info", None)  # the real datasets' DatasetInfo
-    counts = info.counts if info is not None else {}
-    size = images.get("image_size", 224)
-    height, width = (size, size) if isinstance(size, int) else tuple(size)
-    return Workload(
-        dataset=cls.dataset_name if cls is not None else None,
-        backbone=str(embedder.get("backbone") or extractor.get("backbone", "?")),
-        pixels=int(height) * int(width),
-        batch=int(images.get("p", 16)) * int(images.get("k", 4)),
-        precision=str(trainer.get("precision", "32-true")),
-        epochs=int(trainer.get("max_epochs", 1)),
-        train_images=counts.get("train", (0, 0))[0],
-        test_images=sum(counts.get(s, (0, 0))[0] for s in ("query", "gallery")),
-    )
-
-
-def _set(node: dict, path: list[str], value: Any) -> None:
-    for part in path[:-1]:
-        if not isinstance(node.get(part), dict):
-            return  # an override of a key the file does not have: not one the plan reads
-        node = node[part]
-    if isinstance(node.get(path[-1]), dict) and isinstance(value, str):
-        node[path[-1]]["class_path"] = value  # `--data=datamodules.X`: another class
-    else:
-        node[path[-1]] = value
-
-
-@dataclass(frozen=True)
-class Rate:
-    """Measured images/s of a backbone on a device, at `pixels` per image."""
-
-    device: str
-    batch: int
-    train: float
-    extract: float
-    pixels: int
-    source: str
-
-
-def read_rates(table: Path = THROUGHPUT) -> dict[str, list[Rate]]:
-    """The throughput table by backbone; empty when the file is absent."""
-    rates: dict[str, list[Rate]] = {}
-    if not table.is_file():
-        return rates
-    with table.open(newline="") as f:
-        for row in csv.DictReader(f):
-            size = int(row["image_size"])
-            rates.setdefault(row["backbone"], []).append(
-                Rate(
-                    row["device"],
-                    int(row["batch"]),
-                    float(row["train_images_per_s"]),
-                    float(row["extract_images_per_s"]),
-                    size * size,
-                    f"{row['source']}, batch {row['batch']}, {row['precision']}, torch "
-                    f"{row['torch']}, {row['date']}",
-                )
-            )
-    return rates
-
-
-def rate_for(work: Workload, rates: dict[str, list[Rate]]) -> dict[str, Rate]:
-    """Per device, the table's row for the run's backbone whose batch is nearest its P x K."""
-    found: dict[str, tuple[int, Rate]] = {}
-    for rate in rates.get(work.backbone, []):
-        distance = abs(rate.batch - work.batch)
-        if rate.device not in found or distance < found[rate.device][0]:
-            found[rate.device] = (distance, rate)
-    return {device: rate for device, (_, rate) in found.items()}
-
-
-def run_hours(work: Workload, rate: Rate, *, epochs: int | None = None) -> float:
-    """GPU-hours of one run (train split x epochs, the config's unless given; 0 for a floor's
-    test; then the test split once) at `rate`."""
-    scale = rate.pixels / work.pixels
-    train = work.train_images * (work.epochs if epochs is None else epochs) / (rate.train * scale)
-    return (train + work.test_images / (rate.extract * scale)) / 3600
-
-
-def study_hours(work: Workload, budget: Budget, rate: Rate) -> float:
-    """GPU-hours of one loss's study: trials x folds, each fold training (K-1)/K of the train
-    split and validating the rest after every epoch, up to the budget's epoch cap."""
-    scale = rate.pixels / work.pixels
-    held = work.train_images / budget.folds
-    train = (work.train_images - held) * budget.max_epochs / (rate.train * scale)
-    validate = held * budget.max_epochs / (rate.extract * scale)
-    return budget.trials * budget.folds * (train + validate) / 3600
+from benchmark.leaderboard.suite import Cell, Suite
+from benchmark.tuning.gpu_hours import (
+    THROUGHPUT,
+    Rate,
+    Workload,
+    hours_text,
+    rate_for,
+    read_rates,
+    run_hours,
+    study_hours,
+    workload,
+)
+from benchmark.tuning.groups import Group
 
 
 def suite_plan(suite: Suite, root: Path = Path("."), table: Path = THROUGHPUT) -> str:
@@ -165,12 +36,14 @@ def suite_plan(suite: Suite, root: Path = Path("."), table: Path = THROUGHPUT) -
         for device, hours in runs.items():
             studies = tuning.get(device, 0.0)
             totals[device] = totals.get(device, 0.0) + hours + studies
-            split = f" (runs {_hours(hours)}, tuning {_hours(studies)})" if studies else ""
-            lines.append(f"    {device}: {_hours(hours + studies)}{split}")
+            split = f" (runs {hours_text(hours)}, tuning {hours_text(studies)})" if studies else ""
+            lines.append(f"    {device}: {hours_text(hours + studies)}{split}")
         if not runs:
             lines.append("    no GPU-hours: synthetic data (a CPU group), or no measured rate")
     for device, hours in totals.items():
-        lines.append(f"total on one {device}: {_hours(hours)} (a lower bound: GPU compute only)")
+        lines.append(
+            f"total on one {device}: {hours_text(hours)} (a lower bound: GPU compute only)"
+        )
     if unknown:
         lines.append(
             f"no measured images/s for {sorted(unknown)} in {table}: run `python -m "
@@ -227,21 +100,3 @@ def _group_hours(
             for device, rate in rate_for(work, rates).items():
                 tuning[device] = tuning.get(device, 0.0) + study_hours(work, group.tuning, rate)
     return hours, tuning
-
-
-def study_plan(config: Path, overrides: tuple[str, ...], budget: Budget, study: str) -> str:
-    """The plan of one study: its budget, the images a trial trains, GPU-hours per device."""
-    work = workload(config, overrides)
-    lines = [f"{study}: {budget.describe()}; {work.backbone}, {work.batch} images a step"]
-    if work.dataset is None:
-        return lines[0] + "; synthetic data (CPU): no GPU-hours estimate"
-    found = rate_for(work, read_rates())
-    for device, rate in found.items():
-        lines.append(f"  {device}: {_hours(study_hours(work, budget, rate))}")
-    if not found:
-        lines.append(f"  no measured images/s for {work.backbone} in {THROUGHPUT}")
-    return "\n".join(lines)
-
-
-def _hours(hours: float) -> str:
-    return f"{hours:,.1f} GPU-hours" if hours >= 0.1 else f"{math.ceil(hours * 60)} GPU-minutes"

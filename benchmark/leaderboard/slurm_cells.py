@@ -22,7 +22,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from submitit import SlurmJob
 from submitit.core.utils import pickle_load
 
-from benchmark.leaderboard import slurm
+from benchmark.launch import slurm
+from benchmark.launch.processes import print_failure
+from benchmark.launch.slurm import (
+    JobWatch,
+    SlurmOptions,
+    cancel,
+    job_states,
+    submit_array,
+)
+from benchmark.leaderboard.cell_task import CellTask
 from benchmark.leaderboard.cells import (
     CellSettings,
     RunSummary,
@@ -32,20 +41,11 @@ from benchmark.leaderboard.cells import (
     suite_lock,
     unfinished_cells,
 )
-from benchmark.leaderboard.slurm import (
-    JobWatch,
-    SlurmOptions,
-    cancel,
-    job_states,
-    submit_array,
-)
-from benchmark.leaderboard.slurm_tasks import CellTask
 from benchmark.leaderboard.suite import Cell
 from benchmark.training.atomic import write_text
-from benchmark.training.results import read_results
+from benchmark.training.rows import read_results
 
 POLL_S = 10.0  # between two sacct calls while waiting; one call covers every job
-LOG_TAIL = 15  # lines of a failed cell's log shown in the terminal
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,7 @@ def _wait(
                         continue
                     why = state.describe() + ("" if state.state != "COMPLETED" else ", no row")
                     summary.failed[cell_id] = f"{why}; log: {log}"
-                    _print_failure(progress.console, cell_id, why, log)
+                    print_failure(progress.console, cell_id, f"{why}; log: {log}", log)
                 running = sum(s.state == "RUNNING" for s in states.values())
                 progress.update(bar, description=f"cells ({running} running)")
                 if remaining:
@@ -204,12 +204,6 @@ def _fingerprint(folder: Path, job_id: str) -> set[str]:
         return set()
     outcome, value = pickle_load(result)
     return {value} if outcome == "success" and isinstance(value, str) else set()
-
-
-def _print_failure(console: Console, cell_id: str, why: str, log: Path) -> None:
-    tail = log.read_text(errors="replace").splitlines()[-LOG_TAIL:] if log.is_file() else []
-    console.print(f"[red]FAIL[/] {cell_id}: {why}; log: {log}", soft_wrap=True)
-    console.print("\n".join(f"    {line}" for line in tail), markup=False, highlight=False)
 
 
 def print_status(

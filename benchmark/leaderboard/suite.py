@@ -49,56 +49,18 @@ from pathlib import Path
 from typing import Literal
 
 from benchmark.errors import read_yaml
-from benchmark.tuning.experiment import Budget
-from benchmark.tuning.tuned import group_files, recipe
+from benchmark.tuning.groups import (
+    Group,
+    check_keys,
+    parse_group,
+    seed_list,
+    strings,
+    suite_path,
+)
+from benchmark.tuning.tuned import group_files
 
-SUITES_DIR = Path("experiments/suites")
 _SUITE_KEYS = {"description", "seeds", "overrides", "output", "threads", "groups", "check_seeds"}
-_GROUP_KEYS = {"configs", "overrides", "config_overrides", "requires", "paper_dataset", "floor"}
-_GROUP_KEYS |= {"seeds", "tuning", "settings"}
-SETTINGS = ("default", "tuned")  # a loss as configured, and as tuned for its group
 FLOOR = "floor"  # the config stem of a group's floor cells
-
-
-@dataclass(frozen=True)
-class Group:
-    """Experiments on one dataset setting; `requires` is a path that must exist to run them."""
-
-    name: str
-    configs: tuple[Path, ...]
-    overrides: tuple[str, ...]
-    config_overrides: dict[str, tuple[str, ...]]
-    requires: Path | None
-    paper_dataset: str | None
-    floor: Path | None = None
-    seeds: tuple[int, ...] | None = None  # None: the suite's
-    tuning: Budget | None = None  # the budget of every loss; None: default settings only
-    suite: str = ""  # the suite that declares it, named in the `tune` command it suggests
-    settings: tuple[str, ...] = SETTINGS  # which of a tuned group's settings get cells
-
-    def overrides_for(self, config: Path) -> tuple[str, ...]:
-        """The group's overrides, then those of this config."""
-        return (*self.overrides, *self.config_overrides.get(config.stem, ()))
-
-    def missing_data(self, root: Path) -> Path | None:
-        """The required path (resolved against `root`) when it is absent, else None."""
-        if self.requires is None or (root / self.requires).exists():
-            return None
-        return (root / self.requires).resolve()
-
-    def untuned(self, config: Path, root: Path) -> str | None:
-        """Why the tuned setting of `config` cannot be used (absent, or tuned for another
-        config, overrides or budget), else None."""
-        files = group_files(self.name, config.stem, root)
-        summary = files.read_summary()
-        command = f"circlebench tune --suite {self.suite} --group {self.name} --loss {config.stem}"
-        if summary is None or not files.config.is_file():
-            return f"not tuned yet: run `{command}`"
-        if summary["tuned_for"] != recipe(config, self.overrides_for(config), root):
-            return f"{files.summary} was tuned for another config or overrides: run `{command}`"
-        if self.tuning is not None and summary["budget"] != self.tuning.as_dict():
-            return f"{files.summary} was tuned with another budget: run `{command}`"
-        return None
 
 
 @dataclass(frozen=True)
@@ -199,36 +161,26 @@ class Suite:
         return cells
 
 
-def suite_names(root: Path = Path(".")) -> list[str]:
-    """Names of the suites defined under `root/experiments/suites/`."""
-    return sorted(p.stem for p in (root / SUITES_DIR).glob("*.yaml"))
-
-
 def load_suite(name: str, root: Path = Path("."), seeds: list[int] | None = None) -> Suite:
     """Parse `root/experiments/suites/<name>.yaml`; `seeds` replaces the file's seeds."""
-    path = root / SUITES_DIR / f"{name}.yaml"
-    if not path.is_file():
-        raise KeyError(
-            f"unknown suite {name!r}; choose one of {suite_names(root)} "
-            f"(read from {(root / SUITES_DIR).resolve()}; run from the repository root)"
-        )
+    path = suite_path(name, root)
     spec = read_yaml(path) or {}
-    _check_keys(spec, _SUITE_KEYS, f"{path}")
+    check_keys(spec, _SUITE_KEYS, f"{path}")
     if not spec.get("groups"):
         raise ValueError(f"{path}: no `groups:`; a suite needs at least one group of configs")
-    groups = tuple(_group(gname, gspec, root, path) for gname, gspec in spec["groups"].items())
-    chosen = _seeds(seeds if seeds is not None else spec.get("seeds", [0]), f"{path}: seeds")
+    groups = tuple(parse_group(gname, gspec, root, path) for gname, gspec in spec["groups"].items())
+    chosen = seed_list(seeds if seeds is not None else spec.get("seeds", [0]), f"{path}: seeds")
     if seeds is not None:  # --seeds replaces every group's seeds too
         groups = tuple(dataclasses.replace(g, seeds=None) for g in groups)
     suite = Suite(
         name=name,
         description=str(spec.get("description", "")).strip(),
         seeds=chosen,
-        overrides=_strings(spec.get("overrides", []), f"{path}: overrides"),
+        overrides=strings(spec.get("overrides", []), f"{path}: overrides"),
         output=Path(spec.get("output", f"suites/{name}")),
         threads=spec.get("threads"),
         groups=groups,
-        check_seeds=_seeds(spec["check_seeds"], f"{path}: check_seeds")
+        check_seeds=seed_list(spec["check_seeds"], f"{path}: check_seeds")
         if "check_seeds" in spec
         else None,
     )
@@ -239,86 +191,3 @@ def load_suite(name: str, root: Path = Path("."), seeds: list[int] | None = None
     if duplicates:
         raise ValueError(f"{path}: cell ids repeat {duplicates}; give each config a unique name")
     return suite
-
-
-def _group(name: str, spec: dict, root: Path, path: Path) -> Group:
-    where = f"{path}: group {name!r}"
-    if not isinstance(spec, dict):
-        raise ValueError(f"{where}: expected a mapping with `configs:`, got {spec!r}")
-    _check_keys(spec, _GROUP_KEYS, where)
-    patterns = spec.get("configs")
-    if not patterns:
-        raise ValueError(f"{where}: `configs:` is missing; give a glob or a list of YAML paths")
-    configs: list[Path] = []
-    for pattern in [patterns] if isinstance(patterns, str) else patterns:
-        matches = sorted(root.glob(pattern)) if any(c in pattern for c in "*?[") else []
-        if not matches and (root / pattern).is_file():
-            matches = [root / pattern]
-        if not matches:
-            raise FileNotFoundError(f"{where}: no config matches {pattern!r} under {root}")
-        configs += [m.relative_to(root) for m in matches]
-    per_config = spec.get("config_overrides") or {}
-    unknown = sorted(set(per_config) - {c.stem for c in configs})
-    if unknown:
-        raise ValueError(
-            f"{where}: config_overrides names {unknown}, which are not among its configs "
-            f"{sorted(c.stem for c in configs)}"
-        )
-    requires = spec.get("requires")
-    chosen = spec.get("settings", SETTINGS)
-    settings = tuple(chosen) if isinstance(chosen, (list, tuple)) else ()
-    if "settings" in spec and (
-        not settings or not set(settings) <= set(SETTINGS) or "tuning" not in spec
-    ):
-        raise ValueError(
-            f"{where}: settings must be a non-empty list from {list(SETTINGS)}, beside a "
-            f"`tuning:` budget; got {chosen!r}"
-        )
-    floor = spec.get("floor")
-    if floor is not None and not (root / floor).is_file():
-        raise FileNotFoundError(f"{where}: floor config {floor!r} not found under {root}")
-    return Group(
-        name=name,
-        configs=tuple(configs),
-        overrides=_strings(spec.get("overrides", []), f"{where}: overrides"),
-        config_overrides={
-            stem: _strings(value, f"{where}: config_overrides.{stem}")
-            for stem, value in per_config.items()
-        },
-        requires=Path(requires) if requires else None,
-        paper_dataset=spec.get("paper_dataset"),
-        floor=Path(floor) if floor is not None else None,
-        seeds=_seeds(spec["seeds"], f"{where}: seeds") if "seeds" in spec else None,
-        tuning=_budget(spec["tuning"], f"{where}: tuning") if "tuning" in spec else None,
-        suite=path.stem,
-        settings=settings,
-    )
-
-
-def _budget(value: object, where: str) -> Budget:
-    if not isinstance(value, dict):
-        raise ValueError(f"{where} must be a mapping like {{trials: 30, folds: 3}}, got {value!r}")
-    try:
-        return Budget(**value)
-    except TypeError as error:  # an unknown key
-        raise ValueError(f"{where}: {error}; keys: {list(Budget.__dataclass_fields__)}") from None
-    except ValueError as error:
-        raise ValueError(f"{where}: {error}") from None
-
-
-def _seeds(value: object, where: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or not value or not all(isinstance(s, int) for s in value):
-        raise ValueError(f"{where} must be a non-empty list of integers, got {value!r}")
-    return tuple(value)
-
-
-def _check_keys(spec: dict, allowed: set[str], where: str) -> None:
-    unknown = sorted(set(spec) - allowed)
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
-
-
-def _strings(value: object, where: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"{where} must be a list of command-line strings, got {value!r}")
-    return tuple(value)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import os
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,18 +127,30 @@ def resumable_run(runs: Path, key: str, config_key: Any) -> Path:
         key: `config_key(config)` of the config being run; runs whose saved `config.yaml`
             gives another key trained something else.
     """
-    candidates = sorted(
-        runs.glob(f"*/checkpoints/{LAST}"), key=lambda p: p.stat().st_mtime, reverse=True
+    run = newest_run(runs, lambda config: config_key(config) == key)
+    if run is None:
+        candidates = len(list(runs.glob(f"*/checkpoints/{LAST}")))
+        raise FileNotFoundError(
+            f"--ckpt_path last: no earlier run of this config with checkpoints/{LAST} under "
+            f"{runs} ({candidates} run(s) of other configs); run `fit` without --ckpt_path "
+            "first, or pass --ckpt_path <run folder> or <file.ckpt>"
+        )
+    return run
+
+
+def newest_run(runs: Path, ours: Callable[[dict], bool], depth: int = 1) -> Path | None:
+    """The newest run folder `depth` levels under `runs` that has a `checkpoints/last.ckpt` and
+    whose saved `config.yaml` is `ours`; None when no such run finished an epoch."""
+    lasts = sorted(
+        runs.glob("*/" * depth + f"checkpoints/{LAST}"),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
     )
-    for last in candidates:
+    for last in lasts:
         saved = last.parents[1] / "config.yaml"
-        if saved.is_file() and config_key(yaml.safe_load(saved.read_text())) == key:
+        if saved.is_file() and ours(yaml.safe_load(saved.read_text()) or {}):
             return last.parents[1]
-    raise FileNotFoundError(
-        f"--ckpt_path last: no earlier run of this config with checkpoints/{LAST} under {runs} "
-        f"({len(candidates)} run(s) of other configs); run `fit` without --ckpt_path first, or "
-        "pass --ckpt_path <run folder> or <file.ckpt>"
-    )
+    return None
 
 
 def check_matches_config(ckpt_path: str | Path, config: dict[str, Any], *, training: bool) -> None:

@@ -40,14 +40,8 @@ from benchmark.training.loggers import (
     run_version,
 )
 from benchmark.training.module import MetricLearningModule
-from benchmark.training.results import (
-    ResultRow,
-    append_row,
-    config_hash,
-    git_sha,
-    result_row,
-    save_similarities,
-)
+from benchmark.training.results import config_hash, git_sha, result_row, save_similarities
+from benchmark.training.rows import ResultRow, append_row
 from datamodules.base import RetrievalDataModule
 from losses import ExternalLoss
 from losses.external import PML_INSTALL, pml_installed

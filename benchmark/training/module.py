@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal, cast
 
 import pytorch_lightning as pl
@@ -23,17 +24,27 @@ from torch.utils.data import DistributedSampler
 
 from benchmark.evaluation import RetrievalEvaluator
 from benchmark.evaluation.evaluator import EvaluationReport
+from benchmark.evaluation.hardest_pairs import HardestPairs
 from benchmark.evaluation.metrics import DEFAULT_METRICS
 from benchmark.evaluation.rerank import RerankMethod
 from benchmark.training.embedders import EmbedderBase
 from benchmark.training.nvml import skip_absent_nvml
-from benchmark.training.results import TestResult
 from core.protocols import RetrievalProtocol
 from datamodules.base import RetrievalDataModule
 from losses import MetricLoss
 
 # per evaluation loader: (batch index, embeddings [b, D], labels [b], cameras [b]) per batch
 EvalParts = dict[int, list[tuple[int, Tensor, Tensor, Tensor]]]
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """What a test epoch measured: the evaluator's report and the hardest-pair similarities."""
+
+    __test__ = False  # not a pytest test class, despite its name
+
+    report: EvaluationReport
+    hardest: HardestPairs
 
 
 class MetricLearningModule(pl.LightningModule):

@@ -23,7 +23,6 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
@@ -32,16 +31,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from benchmark.errors import ArgumentParser
-from benchmark.leaderboard.plan import study_plan
-from benchmark.leaderboard.runner import end_running_cells, run_forked, terminal_console
-from benchmark.leaderboard.slurm_options import (
-    add_launcher_argument,
-    add_slurm_request,
-    slurm_options,
-)
-from benchmark.leaderboard.suite import Group, load_suite
+from benchmark.launch.forked import run_forked
+from benchmark.launch.processes import end_running, terminal_console
+from benchmark.launch.slurm_options import add_launcher_argument, add_slurm_request, slurm_options
 from benchmark.manual import manual_line
 from benchmark.tuning.experiment import Budget, Experiment, parse_experiment, parsed_config
+from benchmark.tuning.gpu_hours import study_plan
+from benchmark.tuning.groups import Group, suite_groups
 from benchmark.tuning.history import log_history
 from benchmark.tuning.objective import run_trial
 from benchmark.tuning.on_slurm import tune_on_slurm
@@ -55,28 +51,8 @@ from benchmark.tuning.study import (
     open_storage,
     work,
 )
+from benchmark.tuning.task import RESULTS, Task
 from benchmark.tuning.tuned import TunedFiles, group_files, write_tuned
-
-RESULTS = Path("results/tuning")
-
-
-@dataclass(frozen=True)
-class Task:
-    """One study to run: the config, its overrides, space, budget, and where things go."""
-
-    config: Path
-    overrides: tuple[str, ...]
-    space: Path
-    budget: Budget
-    study: str
-    storage: str
-    files: TunedFiles
-    derived: bool = False  # the space was derived from the loss's arguments (no file)
-
-    @property
-    def work_dir(self) -> Path:
-        """Fold logs of the study's trials (not committed)."""
-        return RESULTS / self.study
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,8 +212,7 @@ def suite_tasks(args: argparse.Namespace, fit_overrides: list[str]) -> list[Task
             "overrides in the suite file (its `tuning:` entry), the same for every loss; edit it "
             "there, or tune a single config with --config"
         )
-    suite = load_suite(args.suite)
-    group = _group(suite.groups, args.group, args.suite)
+    group = _group(suite_groups(args.suite), args.group, args.suite)
     if group.tuning is None:
         raise ValueError(
             f"group {group.name!r} of suite {args.suite!r} declares no `tuning:` budget; add one "
@@ -325,7 +300,7 @@ def tune(task: Task, *, workers: int, threads: int, console: Console) -> dict:
                 future.result()
         except BaseException:
             stop.set()  # no new trial; the ones running are left for a later resume
-            end_running_cells()
+            end_running()
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)

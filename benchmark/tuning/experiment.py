@@ -7,9 +7,6 @@ which `num_classes` a fold must shrink.
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -149,20 +146,8 @@ def parsed_config(config: Path, overrides: tuple[str, ...]) -> dict[str, Any]:
     """`config` under `overrides` as the training CLI parses it (defaults filled in)."""
     from benchmark.training.cli import CircleBenchCLI  # Lightning: imported when tuning only
 
-    with _own_argv():
-        cli = CircleBenchCLI(args=["--config", str(config), *overrides], run=False, parse_only=True)
+    cli = CircleBenchCLI(args=["--config", str(config), *overrides], run=False, parse_only=True)
     return yaml.safe_load(cli.parser.dump(cli.config, format="yaml"))
-
-
-@contextlib.contextmanager
-def _own_argv() -> Iterator[None]:
-    """LightningCLI warns when given `args` while `sys.argv` holds a command line: hide tune's."""
-    saved = sys.argv
-    sys.argv = saved[:1]
-    try:
-        yield
-    finally:
-        sys.argv = saved
 
 
 def datamodule_prefix(data: dict) -> str:

@@ -3,7 +3,7 @@
 Fold f of a trial is `circlebench fit` of the experiment config with the trial's overrides and
 `folds=K, fold=f` on its image DataModule (`datamodules.splits.fold_split`: the test split is
 never built), trained up to the budget's epoch cap with a validation pass after every epoch;
-no test, no checkpoint, no W&B. Each fold runs in a process forked from the leaderboard's fork
+no test, no checkpoint, no W&B. Each fold runs in a process forked from the fork
 server, with its own log. The trial's curve is the mean over folds of the validation metric
 after each epoch; its value is the curve's best point, and that epoch is the setting's
 `max_epochs` (epoch selection on validation, as Musgrave et al. stop early on it).
@@ -14,14 +14,13 @@ from __future__ import annotations
 import csv
 import json
 import math
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import optuna
 
-from benchmark.leaderboard.runner import LOST_STATUS
+from benchmark.launch.forked import succeeded
 from benchmark.training.atomic import write_text
 from benchmark.tuning.experiment import Budget, Experiment
 
@@ -78,17 +77,13 @@ def choose_epoch(curves: list[list[float]]) -> tuple[int, float]:
 def run_fold(
     args: list[str], log: Path, budget: Budget, fork: ForkRunner, threads: int | None
 ) -> list[float]:
-    """The fold's validation metric after each epoch, from a forked `fit`.
-
-    The fork server sometimes loses a child's exit status and reports 255 (once in 30 trials of a
-    study, after the fold had written its result): the result, written last and atomically,
-    decides then, as a leaderboard cell's row does.
-    """
+    """The fold's validation metric after each epoch, from a forked `fit`; a lost exit status
+    is a success when the fold wrote its result (`forked.succeeded`)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     result = log.with_suffix(".json")
     result.unlink(missing_ok=True)  # a rerun's result, not an older one, must decide
     status = fork(fold_main, (args, str(result), budget.metric), log, threads)
-    if status not in (0, LOST_STATUS) or not result.is_file():
+    if not succeeded(status, result.is_file) or not result.is_file():
         raise FoldFailedError(f"{last_error(log)} (exit status {status}; log: {log})")
     curve = json.loads(result.read_text())["curve"]
     if len(curve) != budget.max_epochs or not all(math.isfinite(v) for v in curve):
@@ -102,7 +97,6 @@ def fold_main(args: list[str], result: str, metric: str) -> None:
     """In the fold's process: run the fit, then write its per-epoch validation curve."""
     from benchmark.training.cli import CircleBenchCLI
 
-    sys.argv = sys.argv[:1]  # this process's own: LightningCLI would warn about tune's argv
     cli = CircleBenchCLI(args=args)
     curve = validation_curve(Path(cli.run_dir) / "metrics.csv", metric)
     write_text(result, json.dumps({"curve": curve, "run_dir": str(cli.run_dir)}))

@@ -16,14 +16,13 @@ from __future__ import annotations
 import functools
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import optuna
 from rich.console import Console
 
-from benchmark.leaderboard.runner import run_forked
-from benchmark.leaderboard.slurm import SlurmOptions, submit_array, wait_for_jobs
-from benchmark.leaderboard.slurm_tasks import CallTask
+from benchmark.launch.forked import run_forked
+from benchmark.launch.slurm import SlurmOptions, submit_array, wait_for_jobs
+from benchmark.launch.slurm_tasks import CallTask
 from benchmark.tuning.experiment import parse_experiment
 from benchmark.tuning.objective import run_trial
 from benchmark.tuning.space import load_space
@@ -36,9 +35,7 @@ from benchmark.tuning.study import (
     open_storage,
 )
 from benchmark.tuning.study import work as study_work
-
-if TYPE_CHECKING:
-    from benchmark.tuning.command import Task
+from benchmark.tuning.task import Task
 
 POLL_S = 10.0  # between two sacct calls while the workers run
 FOLDER = Path("results/tuning/slurm")  # submitit's files of each job

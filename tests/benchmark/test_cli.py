@@ -14,7 +14,7 @@ import pytest
 
 import benchmark.leaderboard.command
 from benchmark.cli import forks_runs_here, main
-from benchmark.leaderboard import fork_server
+from benchmark.launch import fork_server
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 FINE = sorted((EXPERIMENTS / "synthetic" / "fine_grained").glob("*.yaml"))

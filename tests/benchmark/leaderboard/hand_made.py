@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from benchmark.leaderboard.aggregate import aggregate_rows
-from benchmark.training.results import read_results
+from benchmark.training.rows import read_results
 
 CIRCLE = {"gamma": 80, "m": 0.4, "source": None}
 CIRCLE_CLASS = {

@@ -18,7 +18,7 @@ from benchmark.leaderboard import dashboard
 from benchmark.leaderboard.aggregate import aggregate_rows
 from benchmark.leaderboard.dashboard import build_view, view_spec
 from benchmark.leaderboard.wandb_views import publish, publish_within
-from benchmark.training.results import read_results
+from benchmark.training.rows import read_results
 from tests.benchmark.leaderboard.hand_made import hand_made_suite
 from tests.benchmark.leaderboard.wandb_records import offline_child_env, read_offline_run
 

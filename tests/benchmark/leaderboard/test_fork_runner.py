@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.leaderboard import fork_server, runner
+from benchmark.launch import fork_server, forked
+from benchmark.leaderboard import runner
 from tests.benchmark.leaderboard.orphans import CELL, assert_cell_dies_with
 
 REPO = Path(__file__).resolve().parents[3]
@@ -30,10 +31,10 @@ def test_a_forked_cell_writes_its_log_with_its_threads_and_returns_its_status(
         "import os, torch\n"
         "print('threads', torch.get_num_threads(), os.getpgid(0) == os.getpid())\n"
     )
-    assert runner.run_forked(runpy.run_path, (script(tmp_path, body),), log, 1) == 0
+    assert forked.run_forked(runpy.run_path, (script(tmp_path, body),), log, 1) == 0
     assert log.read_text().split() == ["threads", "1", "True"]  # own process group
     failing = script(tmp_path, "import sys\nprint('bad input', file=sys.stderr)\nsys.exit(3)\n")
-    assert runner.run_forked(runpy.run_path, (failing,), log, None) == 3
+    assert forked.run_forked(runpy.run_path, (failing,), log, None) == 3
     assert log.read_text() == "bad input\n"
     with pytest.raises(runner.CellFailedError, match="exit status 2"):
         runner.fork_runner(["fit", "--no-such-option"], log, 1)  # the CLI's usage error
@@ -45,11 +46,11 @@ def test_a_forked_cell_dies_with_a_killed_leaderboard_process(tmp_path: Path) ->
     cell = script(tmp_path, CELL.format(pid_file=str(pid_file)))
     parent = (
         "import runpy\nfrom pathlib import Path\n"
-        "from benchmark.leaderboard import fork_server, runner\n"
+        "from benchmark.launch import fork_server, forked\n"
         "fork_server.PRELOAD = []  # a server that imports nothing starts in a blink\n"
         "if __name__ == '__main__':\n"
         f"    log = Path({str(tmp_path / 'c.log')!r})\n"
-        f"    runner.run_forked(runpy.run_path, ({cell!r},), log, 1)\n"
+        f"    forked.run_forked(runpy.run_path, ({cell!r},), log, 1)\n"
     )
     leaderboard_process = subprocess.Popen(
         [sys.executable, script(tmp_path.parent, parent)], cwd=REPO
@@ -64,7 +65,7 @@ def test_the_numba_preload_readies_the_target_without_starting_a_thread() -> Non
     if not Path("/proc/self/task").is_dir():
         pytest.skip("no /proc to count threads in")
     last = "benchmark.evaluation.numba_target"
-    others = fork_server.PRELOAD[: fork_server.PRELOAD.index(last)]
+    others = fork_server.SERVER_IMPORTS[: fork_server.SERVER_IMPORTS.index(last)]
     probe = (
         "import importlib, os, numba.np.ufunc.parallel as parallel\n"
         "from numba.core.registry import cpu_target\n"
@@ -81,16 +82,14 @@ def test_the_numba_preload_readies_the_target_without_starting_a_thread() -> Non
 
 
 def test_a_forked_cell_does_not_collect_the_servers_objects(tmp_path: Path) -> None:
-    """The server imports without garbage collection and freezes what its imports made, first
-    and last of its preloads (before, the first full collection of every cell walked the
-    server's 630,000 objects: 0.36 s); its cells collect their own garbage."""
-    first, *_, last = fork_server.PRELOAD
-    assert (first, last) == ("benchmark.leaderboard.fork_start", "benchmark.leaderboard.fork_ready")
+    """The server imports without garbage collection and freezes what its imports made (its one
+    preload, `launch.preload`); its cells collect their own garbage."""
+    assert fork_server.PRELOAD == ["benchmark.launch.preload"]
     log = tmp_path / "cell.log"
     body = (
         "import gc, sys\n"
         "print(gc.get_freeze_count() > 100_000, 'benchmark.training.cli' in sys.modules,\n"
         "      gc.isenabled())\n"
     )
-    assert runner.run_forked(runpy.run_path, (script(tmp_path, body),), log, 1) == 0
+    assert forked.run_forked(runpy.run_path, (script(tmp_path, body),), log, 1) == 0
     assert log.read_text().split() == ["True", "True", "True"]

@@ -27,8 +27,9 @@ from benchmark.leaderboard.markdown import (
     terminal_summary,
 )
 from benchmark.leaderboard.plots import write_plots
-from benchmark.leaderboard.suite import load_suite, suite_names
-from benchmark.training.results import FLOOR_LOSS, read_results
+from benchmark.leaderboard.suite import load_suite
+from benchmark.training.rows import FLOOR_LOSS, read_results
+from benchmark.tuning.groups import suite_names
 from tests.benchmark.leaderboard.orphans import CELL, assert_cell_dies_with
 
 REPO = Path(__file__).resolve().parents[3]

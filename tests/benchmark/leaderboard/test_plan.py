@@ -6,18 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.leaderboard.plan import (
-    Rate,
-    Workload,
-    read_rates,
-    run_hours,
-    study_hours,
-    suite_plan,
-    workload,
-)
+from benchmark.leaderboard.plan import suite_plan
 from benchmark.leaderboard.suite import load_suite
 from benchmark.tuning.command import main as tune_main
 from benchmark.tuning.experiment import Budget
+from benchmark.tuning.gpu_hours import Rate, Workload, read_rates, run_hours, study_hours, workload
 
 ROOT = Path(__file__).resolve().parents[3]
 RATE = Rate("GPU X", batch=80, train=1000.0, extract=4000.0, pixels=224 * 224, source="test")

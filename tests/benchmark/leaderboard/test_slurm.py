@@ -19,12 +19,12 @@ import optuna
 import pandas as pd
 import pytest
 
+from benchmark.launch.slurm import SlurmOptions, job_states, submit_array
+from benchmark.launch.slurm_tasks import CallTask
 from benchmark.leaderboard import command as leaderboard
 from benchmark.leaderboard import slurm_cells
-from benchmark.leaderboard.slurm import SlurmOptions, job_states, submit_array
 from benchmark.leaderboard.slurm_cells import read_ledger
-from benchmark.leaderboard.slurm_tasks import CallTask
-from benchmark.training.results import read_results
+from benchmark.training.rows import read_results
 from benchmark.tuning import on_slurm
 from benchmark.tuning.command import main as tune
 from benchmark.tuning.study import open_storage

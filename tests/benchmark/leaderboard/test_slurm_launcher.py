@@ -13,14 +13,16 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from benchmark.launch import slurm
+from benchmark.launch.slurm import JobState, SlurmOptions, job_script, job_states
+from benchmark.launch.slurm_tasks import CallTask
 from benchmark.leaderboard import command as leaderboard
-from benchmark.leaderboard import slurm, slurm_cells
+from benchmark.leaderboard import slurm_cells
+from benchmark.leaderboard.cell_task import CellTask, resumable_run
 from benchmark.leaderboard.cells import cell_args
-from benchmark.leaderboard.slurm import JobState, SlurmOptions, job_script, job_states
-from benchmark.leaderboard.slurm_tasks import CallTask, CellTask, resumable_run
 from benchmark.leaderboard.suite import load_suite
 from benchmark.training.cli import CircleBenchCLI
-from benchmark.training.results import read_results
+from benchmark.training.rows import read_results
 from tests.benchmark.leaderboard.test_leaderboard import fake_fit, project  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[3]

@@ -19,17 +19,15 @@ from benchmark.evaluation.precision import ieee_float32
 from benchmark.training.bninception import CHECKPOINT_URL
 from benchmark.training.checkpoints import CheckpointInfo
 from benchmark.training.cli import hashed_config
+from benchmark.training.module import TestResult
 from benchmark.training.results import (
-    FLOOR_LOSS,
-    ResultRow,
-    TestResult,
-    append_row,
     config_hash,
     git_sha,
     result_row,
     save_similarities,
     where_it_ran,
 )
+from benchmark.training.rows import FLOOR_LOSS, ResultRow, append_row
 from core.devices import float32_modes
 from losses import CircleLoss
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.leaderboard.runner import LOST_STATUS
+from benchmark.launch.forked import LOST_STATUS
 from benchmark.tuning.experiment import Budget
 from benchmark.tuning.objective import FoldFailedError, choose_epoch, run_fold
 

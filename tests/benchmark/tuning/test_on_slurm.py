@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from benchmark.leaderboard.slurm import JobState
+from benchmark.launch.slurm import JobState
 from benchmark.tuning import on_slurm
 from benchmark.tuning.command import main
 from benchmark.tuning.study import open_storage

@@ -24,7 +24,7 @@ import submitit
 from submitit.core.utils import FailedJobError
 from submitit.slurm.slurm import SlurmInfoWatcher, _make_sbatch_string
 
-from benchmark.leaderboard.slurm_tasks import SlurmTask
+from benchmark.launch.slurm_tasks import SlurmTask
 
 CODE_ROOT = Path(__file__).resolve().parents[2]  # the checkout the jobs import
 # Requeues after Slurm's signal before the time limit: a cell longer than the partition's time

@@ -1,6 +1,6 @@
 """The fork server that leaderboard cells and tuning folds are forked from.
 
-It imports the training stack once (5 s on the 2-core machine) and forks a process per cell.
+It imports the training stack once and forks a process per run (`forked.run_forked`).
 This module imports nothing heavy, so `circlebench leaderboard` can start the server first and
 let it import while the command imports its own modules (`start_fork_server`).
 """
@@ -13,19 +13,16 @@ import multiprocessing.context
 import multiprocessing.forkserver
 from typing import cast
 
-# What the fork server imports before forking cells. `wandb.init` imports `wandb.sdk.launch`
-# (and W&B's public API under it) on every call: 1.4 s of each cell's CPU time on the 2-core
-# machine, paid once here instead; so is numba's set-up at a cell's first evaluation (0.26 s).
-# `fork_start` and `fork_ready` come first and last: the imports run without garbage collection
-# and what they made is then frozen (`benchmark.collector`), so that no cell's collector walks
-# it. A module that is not installed is skipped by the server.
-PRELOAD = [
-    "benchmark.leaderboard.fork_start",
+# What the fork server's runs need, imported once there (`preload`, which pauses and then
+# freezes the garbage collector around them). `wandb.init` imports `wandb.sdk.launch` (and
+# W&B's public API under it) on every call, and numba sets itself up at a run's first
+# evaluation: both are paid once here instead.
+SERVER_IMPORTS = [
     "benchmark.training.cli",
     "wandb.sdk.launch",
     "benchmark.evaluation.numba_target",
-    "benchmark.leaderboard.fork_ready",
 ]
+PRELOAD = ["benchmark.launch.preload"]  # what multiprocessing imports in the server
 
 
 def fork_available() -> bool:

@@ -1,4 +1,4 @@
-"""`benchmark.collector`: imports without garbage collection, then frozen; the first time only."""
+"""`launch.frozen`: imports without garbage collection, then frozen; the first time only."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmark import collector
+from benchmark.launch import frozen
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def fresh_process_prints(code: str) -> list[str]:
@@ -22,7 +22,7 @@ def fresh_process_prints(code: str) -> list[str]:
 def test_the_block_runs_without_collections_and_what_it_leaves_is_frozen() -> None:
     gc.unfreeze()  # the test process's earlier freezes: start from none
     try:
-        with collector.paused():
+        with frozen.paused():
             assert not gc.isenabled()
             kept = [[] for _ in range(1000)]
         assert gc.isenabled()
@@ -36,13 +36,13 @@ def test_a_module_is_imported_frozen_only_the_first_time() -> None:
     forever; a fresh process freezes what the import made."""
     gc.unfreeze()
     try:
-        assert collector.import_frozen("benchmark.collector") is collector
+        assert frozen.import_frozen("benchmark.launch.frozen") is frozen
         assert gc.get_freeze_count() == 0 and gc.isenabled()
     finally:
         gc.unfreeze()
     probe = (
         "import gc, sys\n"
-        "from benchmark.collector import import_frozen\n"
+        "from benchmark.launch.frozen import import_frozen\n"
         "module = import_frozen('benchmark.training.cli')\n"
         "print(module is sys.modules['benchmark.training.cli'], gc.isenabled(),\n"
         "      gc.get_freeze_count() > 100_000)\n"

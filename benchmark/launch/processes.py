@@ -1,0 +1,120 @@
+"""Runs in processes of their own: process groups that die with this process, their CPU
+threads, and where their output goes.
+
+A run started here (`run_in_own_group`, `forked.run_forked`) leads a process group of its own,
+which `end_running` ends with its children on Ctrl-C or an error here; if this process is
+killed outright, Linux sends the run SIGKILL (`PR_SET_PDEATHSIG`), so no orphan goes on to
+write results later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from rich.console import Console
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+LOG_TAIL = 15  # lines of a failed run's log shown in the terminal
+_ACTIVE: set[int] = set()  # process groups of the runs going on now (their leaders' pids)
+_ACTIVE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def tracked(pid: int) -> Iterator[None]:
+    """Count the process group led by `pid` among the running ones meanwhile (`end_running`)."""
+    with _ACTIVE_LOCK:
+        _ACTIVE.add(pid)
+    try:
+        yield
+    finally:
+        with _ACTIVE_LOCK:
+            _ACTIVE.discard(pid)
+
+
+def run_in_own_group(command: list[str], log: Path, env: dict[str, str]) -> int:
+    """Run `command` (output to `log`) in a new process group that dies with this process;
+    its exit status."""
+    with log.open("w") as out:
+        run = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+        with tracked(run.pid):
+            return run.wait()
+
+
+def end_running() -> None:
+    """SIGKILL the process group of every run still going on (on Ctrl-C or an error here)."""
+    with _ACTIVE_LOCK:
+        for pid in _ACTIVE:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def die_with_parent() -> None:
+    """In the child: ask Linux for SIGKILL when the parent dies."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def thread_environment(threads: int) -> dict[str, str]:
+    """The variables that size torch's OpenMP and MKL pools when they start."""
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
+def use_threads(threads: int | None) -> None:
+    """Give this process `threads` CPU threads (None: leave them): torch's pools now, since its
+    libraries are loaded, and any pool that starts later through the environment."""
+    if threads is None:
+        return
+    import torch
+
+    torch.set_num_threads(threads)
+    os.environ |= thread_environment(threads)
+
+
+@contextlib.contextmanager
+def redirected_fds(target: int) -> Iterator[None]:
+    """Send this process's stdout and stderr to the open file descriptor `target` meanwhile.
+
+    At the descriptor level, so that C extensions and already-built logging handlers follow.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    os.dup2(target, 1)
+    os.dup2(target, 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+
+
+def terminal_console() -> Console:
+    """A console on a duplicate of stdout, so the progress bar survives `redirected_fds`."""
+    return Console(file=os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1))
+
+
+def print_failure(console: Console, name: str, why: str, log: Path) -> None:
+    """`FAIL <name>: <why>`, then the last `LOG_TAIL` lines of the run's `log`, indented."""
+    tail = log.read_text(errors="replace").splitlines()[-LOG_TAIL:] if log.is_file() else []
+    console.print(f"[red]FAIL[/] {name}: {why}", soft_wrap=True)
+    console.print("\n".join(f"    {line}" for line in tail), markup=False, highlight=False)

@@ -1,0 +1,69 @@
+"""What one Slurm array task runs on its node: `SlurmTask` subclasses (a leaderboard cell's
+`leaderboard.cell_task.CellTask`), or any callable (`CallTask`).
+
+Preemption is submitit's job, not Lightning's. Slurm signals a job (USR2, 90 s) before its time
+limit; submitit's handler calls the task's `checkpoint` (`Checkpointable`: the same task again)
+and requeues the job with `scontrol requeue`. Slurm itself requeues a preempted job or one whose
+node failed (`--requeue`). Either way the task starts again with `SLURM_RESTART_COUNT` > 0, and a
+cell's `fit` then resumes from the `last.ckpt` of its own run folder, which the training code
+rewrites after every epoch: the resumed run ends with the uninterrupted run's weights.
+Lightning's `SLURMEnvironment` auto-requeue (on USR1) is kept out: it saves `hpc_ckpt_N.ckpt`
+in `default_root_dir`, which every cell of a suite shares, and any later run there would
+resume from whichever cell's checkpoint is newest.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+from submitit.helpers import Checkpointable
+
+from benchmark.launch.processes import redirected_fds, use_threads
+
+
+class SlurmTask(Checkpointable):
+    """One array task: `run()` with its output in `log` (appended to after a restart) and
+    `threads` CPU threads; rank k > 0 of a multi-GPU task writes `<log stem>.rank<k>.log`.
+    Returns what `run()` returns, which submitit keeps in the job's result file.
+    """
+
+    def __init__(self, log: Path, threads: int | None) -> None:
+        self.log, self.threads = log, threads
+
+    def __call__(self) -> object:
+        restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+        rank = int(os.environ.get("SLURM_PROCID") or 0)
+        log = self.log if rank == 0 else self.log.with_name(f"{self.log.stem}.rank{rank}.log")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        if signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
+            # Lightning installs its auto-requeue handler only where USR1 has none.
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        with open(log, "a" if restarts else "w") as out, redirected_fds(out.fileno()):
+            job = os.environ.get("SLURM_ARRAY_JOB_ID", os.environ.get("SLURM_JOB_ID", "?"))
+            task = os.environ.get("SLURM_ARRAY_TASK_ID")
+            print(
+                f"[circlebench] Slurm job {job}{'_' + task if task else ''}, rank {rank}, "
+                f"on {socket.gethostname()}, attempt {restarts + 1}",
+                flush=True,
+            )
+            use_threads(self.threads)  # as the local runner's forked runs do
+            return self.run(restarts)
+
+    def run(self, restarts: int) -> object:
+        """The work; `restarts` counts the times Slurm started this task before."""
+        raise NotImplementedError
+
+
+class CallTask(SlurmTask):
+    """Any picklable callable without arguments, e.g. a tuning worker."""
+
+    def __init__(self, function: Callable[[], object], log: Path, threads: int | None) -> None:
+        super().__init__(log, threads)
+        self.function = function
+
+    def run(self, restarts: int) -> None:
+        self.function()
