@@ -65,5 +65,5 @@ class CallTask(SlurmTask):
         super().__init__(log, threads)
         self.function = function
 
-    def run(self, restarts: int) -> None:
-        self.function()
+    def run(self, restarts: int) -> object:
+        return self.function()
