@@ -27,9 +27,9 @@ COMMANDS = {
     "data": ("benchmark.data.command", "list, describe, verify or download the datasets"),
 }
 TRAINING = ("fit", "validate", "test")  # LightningCLI sub-commands: they keep their own name
-# Commands that fork their runs from a server importing the training stack (5 s on 2 cores),
-# and the options with which they run none here. Started before the command's own imports
-# (another 5 s), the server imports beside them.
+# Commands that fork their runs from a server importing the training stack, and the options
+# with which they run none here. Started before the command's own imports, the server imports
+# beside them.
 FORKING = {
     "leaderboard": (
         "--status",
@@ -95,7 +95,7 @@ def _run(command: str, args: list[str], *, from_shell: bool) -> None:
         from benchmark.launch.fork_server import start_fork_server
 
         start_fork_server()
-    module = import_frozen(COMMANDS[command][0])  # the training stack: 2 s less without GC
+    module = import_frozen(COMMANDS[command][0])  # the training stack, without GC passes
     if command in TRAINING:
         # From the shell, LightningCLI reads sys.argv itself: handed the same words as `args`
         # it would warn on every run that both were given.

@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_wandb:
         work = args.results_dir / "suites" / suite.name
         # Where cells were to be forked here, the fork server started with the command; starting
-        # it for the table alone costs more (--aggregate-only: 15.6-16.3 s, 9.5-9.7 s without).
+        # it for the table alone costs more than the imports it would save.
         forked = args.isolation == "fork" and launcher is None and not args.aggregate_only
         log_wandb_table(board, suite.name, work, console, forked=forked)
     _finish(summary, console)
@@ -334,8 +334,8 @@ def log_wandb_table(
 
     Never blocks the leaderboard: any W&B problem is printed and skipped. `forked`: in a child
     of the cells' fork server, which has imported what `wandb.init` imports on every call
-    (`fork_server.PRELOAD`), 2 s of this command's last seconds otherwise; its output goes to
-    `work/wandb-table.log`.
+    (`fork_server.PRELOAD`), instead of this command importing it at its end; its output goes
+    to `work/wandb-table.log`.
     """
     mode = os.environ.get("WANDB_MODE", "offline")
     if mode not in ("online", "offline") or board.empty:  # disabled, or a mode W&B rejects

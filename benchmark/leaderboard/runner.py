@@ -6,8 +6,8 @@ suite resumes where it stopped (`cells.unfinished_cells`). Each cell's output go
 
 Cells run in processes of their own. By default (`fork_runner`) each is forked from a server
 process that imported the training stack once: a fresh `python -m benchmark.training.cli`
-spends about 10 s importing Lightning, torchvision and timm on the 2-core machine, more than a
-frozen-track cell spends training.
+spends longer importing Lightning, torchvision and timm than a frozen-track cell spends training
+(docs/benchmarks/training.md, "Cells per minute").
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def _run_unfinished(
     todo, recipes = unfinished_cells(cells, settings, summary, root=root, console=console)
     # Floors last: a floor only tests, so it is shorter than any cell that trains (and tests) in
     # its group, and with `jobs` > 1 the short cells at the end fill the time the last long one
-    # would otherwise run alone (the default job ended with one core idle for 8 s of 184).
+    # would otherwise run alone, leaving a core idle.
     todo.sort(key=lambda cell: cell.command == "test")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
