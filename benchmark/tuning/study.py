@@ -195,12 +195,19 @@ class Proposer:
         )
 
 
+# A budget lock older than this was left by a killed worker (a holder only counts and asks).
+LOCK_GRACE_S = 30
+
+
 @contextlib.contextmanager
 def budget_lock(storage_url: str) -> Iterator[None]:
     """Held while a worker counts trials and asks for one; a symlink lock beside a journal file
-    works across hosts on a shared file system (Optuna's own journal lock)."""
+    works across hosts on a shared file system (Optuna's own journal lock). A lock left by a
+    killed worker is broken after `LOCK_GRACE_S`: Optuna dates it by the file it points to,
+    which must exist (without it, a waiter spun forever)."""
     path = storage_url if "://" not in storage_url else _rdb_lock_path(storage_url)
-    lock = JournalFileSymlinkLock(f"{path}.budget")
+    Path(f"{path}.budget").touch()
+    lock = JournalFileSymlinkLock(f"{path}.budget", grace_period=LOCK_GRACE_S)
     lock.acquire()
     try:
         yield

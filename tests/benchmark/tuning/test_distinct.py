@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import optuna
@@ -20,6 +21,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
+from benchmark.tuning import study
 from benchmark.tuning.experiment import Budget
 from benchmark.tuning.study import (
     DUPLICATE_OF,
@@ -228,3 +230,27 @@ def test_no_committed_study_ran_a_setting_twice() -> None:
                  "retry_of", "error"}  # fmt: skip
         settings = [tuple((k, v) for k, v in r.items() if k not in fixed) for r in rows]
         assert len(set(settings)) == len(settings), f"{file}: a setting ran twice"
+
+
+def test_a_budget_lock_left_by_a_killed_worker_is_broken_after_the_grace_period(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker SIGKILLed while it held the budget lock leaves the lock behind; the next one
+    waits out the grace period instead of spinning forever on it."""
+    monkeypatch.setattr(study, "LOCK_GRACE_S", 1)
+    journal = str(tmp_path / "study.journal")
+    child = multiprocessing.get_context("fork").Process(target=_hold_and_die, args=(journal,))
+    child.start()
+    child.join()
+    assert (tmp_path / "study.journal.budget.lock").is_symlink()  # left behind
+    start = time.monotonic()
+    with warnings.catch_warnings():  # Optuna warns that 1 s is a short grace period
+        warnings.simplefilter("ignore")
+        with study.budget_lock(journal):
+            pass
+    assert time.monotonic() - start < 10
+
+
+def _hold_and_die(journal: str) -> None:
+    with study.budget_lock(journal):
+        os.kill(os.getpid(), signal.SIGKILL)
