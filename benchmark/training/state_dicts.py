@@ -47,7 +47,9 @@ def headless_state(
             f"in the file but {wanted} in {name!r}: the file is for a patch-{found[-1]} model "
             f"and {name!r} has patch {wanted[-1]}; pick the backbone the file was saved from"
         )
-    missing = [k for k in expected if k not in state]
+    # BatchNorm's step counter is absent from older checkpoints (BN-Inception's); torch fills it
+    # in when it loads one, as it does for any state dict without version metadata.
+    missing = [k for k in expected if k not in state and not k.endswith(".num_batches_tracked")]
     unexpected = [k for k in state if k not in expected]
     shapes = [
         f"{k} {tuple(v.shape)} in the file, {tuple(expected[k].shape)} in the model"
