@@ -1,18 +1,16 @@
 """A call in a child of the fork server: its own process group, CPU threads and log.
 
 The child lets go of what it inherits from the server and would otherwise share with every
-other child: the server's "client alive" pipe (`_forked_child`) and W&B's media folder
-(`_own_wandb_media_folder`). multiprocessing ends a child with `os._exit`, so the child runs
-the interpreter's exit functions itself (W&B finishes its offline run there).
+other child: the server's "client alive" pipe (`_forked_child`). multiprocessing ends a child
+with `os._exit`, without the interpreter's exit functions: what a run opens it closes itself
+(the training CLI finishes its W&B runs, `loggers.finish_wandb_runs`), and nothing a child
+inherited from the server (W&B's media folder, made at import) is removed by the child's exit.
 """
 
 from __future__ import annotations
 
-import atexit
 import multiprocessing.forkserver
 import os
-import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -59,24 +57,9 @@ def _forked_child(
         os.close(server._forkserver_alive_fd)
         server._forkserver_alive_fd = None
     die_with_parent()
-    _own_wandb_media_folder()
     use_threads(threads)  # the server's libraries are loaded: set the pools' sizes directly
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    try:
-        target(*args)
-    finally:  # multiprocessing ends the child with os._exit: run what an interpreter's exit runs
-        atexit._run_exitfuncs()  # (wandb finishes its offline run there)
-
-
-def _own_wandb_media_folder() -> None:
-    """Give this child a W&B media folder of its own. W&B makes one temporary folder for the
-    files of tables and images when it is imported (here: by the server) and removes it at exit;
-    a child that ran that exit removed it for every later child, whose first table then failed
-    to write. Nothing to do where W&B is not loaded, or keeps its media elsewhere."""
-    private = sys.modules.get("wandb.sdk.data_types._private")
-    media = getattr(private, "MEDIA_TMP", None)
-    if isinstance(media, tempfile.TemporaryDirectory):
-        media.name = tempfile.mkdtemp("wandb-media")  # what its exit-time cleanup removes
+    target(*args)
