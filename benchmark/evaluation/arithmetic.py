@@ -1,7 +1,7 @@
 """The shortlist's arithmetic: which low-precision product fills each similarity block.
 
 Every arithmetic keeps the evaluator exact (`ranks` re-checks whatever its bound leaves
-undecided); they differ in speed, and the speed depends on the hardware, so `auto` measures.
+undecided); they differ in speed, and the speed depends on the hardware.
 Each block score s̃ is within ε of the reference s (`similarity.shortlist_error`, with
 x̂ = x̃ + δx: ε = ||x̃||·||δy|| + ||δx||·||ỹ|| + ||δx||·||δy|| on the measured copies, plus
 float32 accumulation γ_D = D·2⁻²⁴/(1 - D·2⁻²⁴) for floating-point sums, plus 2⁻²⁴), and the
@@ -18,16 +18,12 @@ block's output rounding is added per threshold:
   levels of step ≈ 1/250 of the thresholds' span (`Levels`: ½ level plus 4·2⁻²⁴ relative).
   ε ≈ 0.04 for unit vectors, so ~10x more pairs go to the float32 re-check than for bfloat16.
 
-`auto` chooses per evaluation, on the data (`choice`): each arithmetic the hardware runs
-natively (bfloat16 only with AMX or AVX-512-BF16 on CPUs, compute capability 8 on GPUs; float16
-on GPUs of capability 7; int8 where torch has fbgemm) is costed as its product time, from one
-timed probe block per arithmetic (1,024 × 8,192 × 512, best of five calls after a warm-up; about
-a second, once per process and device), plus the re-check its band leaves on a sample of the
-data. float32 blocks use numpy's BLAS or torch's, whichever `sgemm` measured faster (torch's
-below `SMALL_MACS`, where the measurement would cost more than it could save). The
-argument `arithmetic=` of `RetrievalEvaluator`, else the environment variable
-CIRCLEBENCH_EVAL_ARITHMETIC, overrides it; a named arithmetic runs even where the hardware lacks
-it, in a slow form with the same bound (the int8 products exactly emulated).
+`auto` takes float32 or bfloat16 by a rule on the device's facts (`choice`). float32 blocks use
+numpy's BLAS or torch's, whichever `sgemm` measured faster (torch's below `SMALL_MACS`, where
+the measurement would cost more than it could save). The argument `arithmetic=` of
+`RetrievalEvaluator`, else the environment variable CIRCLEBENCH_EVAL_ARITHMETIC, overrides it;
+a named arithmetic runs even where the hardware lacks it, in a slow form with the same bound
+(the int8 products exactly emulated).
 """
 
 from __future__ import annotations
@@ -48,7 +44,7 @@ from benchmark.evaluation.bands import Block, Readout
 from benchmark.evaluation.cuda_blocks import CudaShortlist
 from benchmark.evaluation.faiss_blocks import FaissShortlist
 from benchmark.evaluation.precision import ieee_float32
-from benchmark.evaluation.similarity import Levels, LowCopy, prepare
+from benchmark.evaluation.similarity import Levels, LowCopy
 
 Arithmetic = Literal["auto", "bfloat16", "float16", "float32", "int8"]
 ARITHMETICS: tuple[str, ...] = ("auto", "bfloat16", "float16", "float32", "int8")
@@ -59,15 +55,12 @@ LOW_DTYPES = {
     "float32": torch.float32,
     "int8": torch.int8,
 }
-# About 0.35 s of float32 products on 2 Zen 4 cores: below it, measuring (a second or two, once
-# per process) costs more than any arithmetic could save. CUB's and Cars196's test sets are
-# below, Market-1501, SOP and MSMT17 above. A frozen-track cell's 480 test images, far below,
-# were evaluated in 0.02 s after sgemm's 0.38 s measurement.
+# About 0.35 s of float32 products on 2 Zen 4 cores: below it, `auto` takes float32 and float32
+# takes torch's product unmeasured. CUB's and Cars196's test sets are below, Market-1501, SOP
+# and MSMT17 above. A frozen-track cell's 480 test images, far below, were evaluated in 0.02 s
+# after sgemm's 0.38 s measurement.
 SMALL_MACS = 2**35
-PROBE_DIM, PROBE_MACS = 512, 1024 * 8192 * 512  # the probe's block (`probe_seconds`)
-# (device type, index, threads, D) -> the probe's seconds per arithmetic; sgemm's engine
-_PROBES: dict[tuple[str, int | None, int, int], dict[str, float]] = {}
-_SGEMM: dict[int, str] = {}
+_SGEMM: dict[int, str] = {}  # thread count -> sgemm's engine
 
 
 def requested(argument: str) -> str:
@@ -86,8 +79,8 @@ def requested(argument: str) -> str:
 
 
 def resolve(argument: str, device: torch.device) -> str:
-    """The arithmetic to run on `device` as requested, or "auto" for `choice` to decide on the
-    data. int8 from the environment is a preference: on CUDA it leaves the choice to `auto`."""
+    """The arithmetic to run on `device` as requested, or "auto" for `choice`'s rule. int8
+    from the environment is a preference: on CUDA it leaves the choice to `auto`."""
     name = requested(argument)
     if name == "int8" and device.type != "cpu":
         if argument == "int8":
@@ -97,66 +90,12 @@ def resolve(argument: str, device: torch.device) -> str:
             )
         # The environment variable is a preference for the machine's CPU evaluations.
         warnings.warn(
-            f"{ENV_VAR}=int8 names a CPU shortlist; this CUDA evaluation chooses among "
-            f"{native(device)} instead",
+            f"{ENV_VAR}=int8 names a CPU shortlist; this CUDA evaluation takes "
+            "auto's arithmetic instead",
             stacklevel=3,
         )
         name = "auto"
     return name
-
-
-def probe(device: torch.device, dim: int = PROBE_DIM) -> dict[str, float]:
-    """`probe_seconds` of every native arithmetic of `device` at dimension `dim`, measured once
-    per process, device, thread count (products run at the speed the threads give them) and
-    dimension (a float32 product of D = 256 ran 1.2x slower per multiply-add than at 512)."""
-    key = (device.type, device.index, torch.get_num_threads(), dim)
-    if key not in _PROBES:
-        _PROBES[key] = probe_seconds(native(device), device, dim=dim)
-    return _PROBES[key]
-
-
-def native(device: torch.device) -> list[str]:
-    """Arithmetics this device runs natively (candidates for `auto`), float32 first."""
-    if device.type == "cuda":
-        major = torch.cuda.get_device_capability(device)[0]
-        return ["float32"] + ["float16"] * (major >= 7) + ["bfloat16"] * (major >= 8)
-    names = ["float32"]
-    if cpu_flags() & {"amx_bf16", "avx512_bf16", "bf16"}:  # x86 AMX / AVX-512, ARM BF16
-        names.append("bfloat16")
-    if _has_fbgemm():
-        names.append("int8")
-    return names
-
-
-def probe_seconds(
-    names: list[str], device: torch.device, rounds: int = 5, dim: int = PROBE_DIM
-) -> dict[str, float]:
-    """Best time of each arithmetic's block of `PROBE_MACS` multiply-adds (1,024 × 8,192 at
-    D = 512; as many columns as keep that count at another D) over `rounds` calls after a
-    warm-up call; inf where one fails. Each candidate runs its calls back to back: taking
-    turns made every int8 call follow a numpy product, whose BLAS threads keep spinning after
-    it returns (on 2 cores int8 then probed 1.1x faster than float32 instead of 1.7x)."""
-    gen = torch.Generator().manual_seed(0)
-    cols = max(1, PROBE_MACS // (1024 * dim))
-    raw = torch.randn(1024 + cols, dim, generator=gen)
-    queries, gallery = torch.arange(1024), torch.arange(1024, 1024 + cols)
-    best = {name: float("inf") for name in names}
-    for name in names:
-        emb = prepare(raw, "probe", low_dtype=LOW_DTYPES[name], device=device, chunk=4096)
-        try:
-            query = emb.query.rows(queries)
-            shortlist = block(name, device)(query, emb.gallery.rows(gallery))
-            shortlist.readout(0.0, 1.0)
-            for call in range(rounds + 1):  # the first: packing, first-call set-up
-                start = time.perf_counter()
-                shortlist(query.values, 0)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                if call:
-                    best[name] = min(best[name], time.perf_counter() - start)
-        except Exception:  # a candidate this build cannot run (an op it lacks) is not one
-            pass
-    return best
 
 
 def sgemm() -> str:
