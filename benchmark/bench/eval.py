@@ -333,11 +333,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{_arithmetic.SMALL_MACS:.3g} multiply-adds (native bfloat16: "
           f"{'yes' if native else 'no'}){engine}"
           f"{f'; but {ENV_VAR}={env}' if env != 'auto' else ''}")  # fmt: skip
-    named = [name for name in ARITHMETICS if name != "auto" and (name != "int8" or not cuda)]
-    paths = args.path or ["auto", *named, "faiss"]
-    if cuda and "int8" in paths:
-        parser.error("--path int8 is a CPU shortlist; on CUDA choose among auto, float32, "
-                     "float16, bfloat16 and faiss")  # fmt: skip
+    paths = args.path or [*ARITHMETICS, "faiss"]  # auto first, then every named arithmetic
     peers = args.peer or ["pml", "faiss-top-k"]
     for name in args.case or REAL_SIZES:
         case = scaled_case(CASES[name], args.subset)

@@ -68,7 +68,7 @@ class RetrievalEvaluator:
             shortlist by faiss, CPU or GPU) or "auto" (torch on the chosen device).
         device: "cpu", "cuda" or "auto" (CUDA when available).
         arithmetic: the torch shortlist's arithmetic, "bfloat16", "float16", "float32",
-            "int8" (CPU) or "auto": the environment variable CIRCLEBENCH_EVAL_ARITHMETIC, else
+            or "auto": the environment variable CIRCLEBENCH_EVAL_ARITHMETIC, else
             `benchmark.evaluation.choice`'s rule (float32 for small evaluations, bfloat16
             where the device multiplies it natively, float32 elsewhere).
         chunk_size: queries per similarity block; memory is about chunk_size × gallery × 2 bytes.
@@ -107,7 +107,7 @@ class RetrievalEvaluator:
         if not isinstance(chunk_size, int) or chunk_size <= 0:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if arithmetic not in ARITHMETICS:
-            raise ValueError(f"arithmetic must be one of {list(ARITHMETICS)}, got {arithmetic!r}")
+            raise ValueError(_arithmetic.refusal(arithmetic, "arithmetic"))
         if backend == "faiss" and arithmetic not in ("auto", "float32"):
             raise ValueError(
                 f"backend='faiss' computes float32 blocks, got arithmetic={arithmetic!r}; "
@@ -139,10 +139,7 @@ class RetrievalEvaluator:
         (decided on the sets by `choice`)."""
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("device='cuda' but torch sees no CUDA device; use device='cpu'")
-        # `auto` takes CUDA when visible, except for int8 asked by name: a CPU shortlist.
-        cuda = self.device == "cuda" or (
-            self.device == "auto" and torch.cuda.is_available() and self.arithmetic != "int8"
-        )
+        cuda = self.device == "cuda" or (self.device == "auto" and torch.cuda.is_available())
         if self.backend == "faiss":
             if cuda and not faiss_has_gpu(import_faiss()):
                 warnings.warn(
@@ -153,7 +150,7 @@ class RetrievalEvaluator:
                 cuda = False
             return torch.device("cuda" if cuda else "cpu"), "faiss"
         device = torch.device("cuda" if cuda else "cpu")
-        return device, _arithmetic.resolve(self.arithmetic, device)
+        return device, _arithmetic.requested(self.arithmetic)
 
     def _blocks(
         self, sets: EvaluationSets, qe: UnitEmbeddings, ge: UnitEmbeddings, arithmetic: str

@@ -117,6 +117,6 @@ def test_auto_has_the_metrics_of_every_arithmetic(
     got = ev.evaluate(x, labels)
     expected = "bfloat16" if "avx512_bf16" in flags else "float32"
     assert ev.last_backend == f"torch-cpu-{expected}"
-    for name in ("float32", "bfloat16", "float16", "int8"):
+    for name in ("float32", "bfloat16", "float16"):
         named = RetrievalEvaluator("same_set", (1, 4), METRICS, device="cpu", arithmetic=name)
         assert named.evaluate(x, labels) == got

@@ -117,26 +117,6 @@ def test_host_block_reuses_one_buffer() -> None:
     assert first.untyped_storage().data_ptr() == second.untyped_storage().data_ptr()
 
 
-def test_int8_from_the_environment_is_a_preference_on_cuda(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv(arithmetic.ENV_VAR, "int8")
-    with pytest.warns(UserWarning, match="CIRCLEBENCH_EVAL_ARITHMETIC=int8 names a CPU"):
-        assert arithmetic.resolve("auto", CUDA) == "auto"  # auto's rule decides
-    assert arithmetic.resolve("auto", CPU) == "int8"
-    with pytest.raises(ValueError, match="'int8' is a CPU shortlist"):
-        arithmetic.resolve("int8", CUDA)  # asked by name: an error, as before
-
-
-def test_int8_by_name_stays_on_the_cpu_where_cuda_is_visible(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    ev = RetrievalEvaluator("same_set", (1,), arithmetic="int8")
-    ev.evaluate(torch.randn(20, 4), torch.arange(20) % 4)
-    assert ev.last_backend == "torch-cpu-int8"
-
-
 def test_two_faiss_distributions_are_a_conflict_with_the_fix() -> None:
     assert faiss_blocks.conflict_message(["faiss-cpu"]) is None
     assert faiss_blocks.conflict_message(["faiss-gpu-cu12"]) is None
