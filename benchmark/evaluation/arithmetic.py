@@ -15,8 +15,7 @@ block's output rounding is added per threshold:
   product of the float16 values: exact products, the same bound). ε ≈ 0.0005.
 
 `auto` takes float32 or bfloat16 by a rule on the device's facts (`choice`). float32 blocks use
-numpy's BLAS or torch's, whichever `sgemm` measured faster (torch's below `SMALL_MACS`, where
-the measurement would cost more than it could save). The argument `arithmetic=` of
+numpy's BLAS or torch's by another (`sgemm`). The argument `arithmetic=` of
 `RetrievalEvaluator`, else the environment variable CIRCLEBENCH_EVAL_ARITHMETIC, overrides it;
 a named arithmetic runs even where the hardware lacks it, in a slow form with the same bound.
 int8 (fbgemm's u8 × s8 products) was one until issue 38: on no CPU measured was it faster than
@@ -26,7 +25,6 @@ float32 or native bfloat16 (docs/benchmarks/evaluation.md).
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Literal
 
@@ -48,12 +46,9 @@ LOW_DTYPES = {
     "float16": torch.float16,
     "float32": torch.float32,
 }
-# About 0.35 s of float32 products on 2 Zen 4 cores: below it, `auto` takes float32 and float32
-# takes torch's product unmeasured. CUB's and Cars196's test sets are below, Market-1501, SOP
-# and MSMT17 above. A frozen-track cell's 480 test images, far below, were evaluated in 0.02 s
-# after sgemm's 0.38 s measurement.
+# About 0.35 s of float32 products on 2 Zen 4 cores: below it, `auto` takes float32. CUB's and
+# Cars196's test sets are below, Market-1501, SOP and MSMT17 above.
 SMALL_MACS = 2**35
-_SGEMM: dict[int, str] = {}  # thread count -> sgemm's engine
 
 
 def refusal(value: str, where: str) -> str:
@@ -75,39 +70,20 @@ def requested(argument: str) -> str:
 
 
 def sgemm() -> str:
-    """ "numpy" or "torch": whose float32 product is faster on this CPU, measured once per
-    thread count. numpy's BLAS (OpenBLAS in its wheels) ran 1.4x faster than torch's (MKL)
-    on the busy 2-core EPYC, and as fast when it was quiet. Each engine's calls run back to
-    back: taking turns, each call met the other engine's threads still spinning (with
-    OpenBLAS's spin shortened, `benchmark/__init__.py`, that made torch's look faster on the
-    quiet Zen 4, where numpy's is 1.5x faster in a whole float32 evaluation)."""
-    threads = torch.get_num_threads()
-    if threads not in _SGEMM:
-        gen = torch.Generator().manual_seed(0)
-        q, g = torch.randn(1024, 512, generator=gen), torch.randn(4096, 512, generator=gen)
-        out = torch.empty(1024, 4096)
-        products = {
-            "numpy": lambda: np.matmul(q.numpy(), g.numpy().T, out=out.numpy()),
-            "torch": lambda: torch.mm(q, g.T, out=out),
-        }
-        best = dict.fromkeys(products, float("inf"))
-        for engine, product in products.items():
-            for _ in range(4):
-                start = time.perf_counter()
-                product()
-                best[engine] = min(best[engine], time.perf_counter() - start)
-        _SGEMM[threads] = min(best, key=best.__getitem__)
-    return _SGEMM[threads]
+    """ "numpy" or "torch": whose float32 product the CPU blocks use, by the CPU's vendor, never
+    by a timing: numpy's BLAS (OpenBLAS in its wheels) on AMD, torch's (MKL) elsewhere. Each
+    ran whole float32 evaluations faster on that kind (docs/benchmarks/evaluation.md), and a
+    timing taken while other jobs run picked the slower one."""
+    return "numpy" if cpu_field("vendor_id") == {"AuthenticAMD"} else "torch"
 
 
-def block(name: str, device: torch.device, macs: int | None = None) -> Block:
-    """The block function (query copy, gallery copy) -> Shortlist of arithmetic `name`, for an
-    evaluation of `macs` multiply-adds (None: a large one). Every engine gives the same metrics
-    (the re-check is exact), so a small evaluation's float32 takes torch's unmeasured."""
+def block(name: str, device: torch.device) -> Block:
+    """The block function (query copy, gallery copy) -> Shortlist of arithmetic `name`; float32
+    blocks on the CPU by `sgemm`'s engine (every engine gives the same metrics: the re-check is
+    exact)."""
     if device.type == "cuda":
         return lambda query, gallery: CudaShortlist(gallery)
-    measure = name == "float32" and (macs is None or macs >= SMALL_MACS)
-    engine = sgemm() if measure else "torch"
+    engine = sgemm()
     return lambda query, gallery: CpuShortlist(gallery, engine)
 
 
@@ -160,12 +136,17 @@ class CpuShortlist:
 
 def cpu_flags() -> set[str]:
     """The CPU's feature flags (x86 `flags`, ARM `Features`) from /proc/cpuinfo; empty elsewhere."""
+    return cpu_field("flags") or cpu_field("Features")
+
+
+def cpu_field(key: str) -> set[str]:
+    """The words of the first /proc/cpuinfo line named `key`; empty where there is none."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return set()
     for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
+        name, _, value = line.partition(":")
+        if name.strip() == key:
             return set(value.split())
     return set()

@@ -166,9 +166,8 @@ class RetrievalEvaluator:
         low = _arithmetic.LOW_DTYPES[arithmetic]
         qe = qe.in_dtype(low)
         ge = qe if sets.same_set else ge.in_dtype(low)
-        macs = _choice.product_macs(sets)
-        block = _arithmetic.block(arithmetic, device, macs)
-        fallback = None if arithmetic == "float32" else _arithmetic.block("float32", device, macs)
+        block = _arithmetic.block(arithmetic, device)
+        fallback = None if arithmetic == "float32" else _arithmetic.block("float32", device)
         return f"torch-{device.type}-{arithmetic}", block, fallback, qe, ge
 
     @like_torch()  # the compiled scans and re-checks: as many threads as torch's

@@ -93,26 +93,23 @@ def test_auto_is_left_to_the_rule(monkeypatch: pytest.MonkeyPatch) -> None:
     assert arithmetic.requested("bfloat16") == "bfloat16"
 
 
-def test_sgemm_names_an_engine() -> None:
-    assert arithmetic.sgemm() in ("numpy", "torch")
-
-
-def test_small_evaluation_skips_the_sgemm_measurement(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Below SMALL_MACS float32 takes torch's product unmeasured (the measurement took 0.38 s
-    before a frozen-track cell's 0.02 s evaluation); from it on, sgemm's pick."""
-    monkeypatch.setattr(arithmetic, "sgemm", lambda: "numpy")
+@pytest.mark.parametrize(
+    ("vendor", "engine"), [("AuthenticAMD", "numpy"), ("GenuineIntel", "torch"), (None, "torch")]
+)
+def test_sgemm_takes_numpys_blas_on_amd_and_torchs_elsewhere(
+    vendor: str | None, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = f"processor\t: 0\nvendor_id\t: {vendor}\nflags\t\t: avx2\n" if vendor else ""
+    monkeypatch.setattr(arithmetic.Path, "read_text", lambda self: text)
+    assert arithmetic.sgemm() == engine
     e = prepare(torch.randn(40, 8), "q", low_dtype=torch.float32, device=CPU, chunk=16)
-    small = arithmetic.block("float32", CPU, arithmetic.SMALL_MACS - 1)(e.query, e.gallery)
-    large = arithmetic.block("float32", CPU, arithmetic.SMALL_MACS)(e.query, e.gallery)
-    unknown = arithmetic.block("float32", CPU)(e.query, e.gallery)
-    assert [s._numpy for s in (small, large, unknown)] == [False, True, True]
+    assert arithmetic.block("float32", CPU)(e.query, e.gallery)._numpy == (engine == "numpy")
 
 
 def test_either_float32_engine_gives_the_same_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
     """What lets a small evaluation take torch's product unmeasured: on near-duplicates and mixed
     norms, numpy's and torch's float32 products rank to the same metrics, to the last digit."""
     x, labels = hard_rows(64, 3), torch.arange(300) // 5
-    monkeypatch.setattr(arithmetic, "SMALL_MACS", 0)  # every evaluation takes sgemm's engine
     got = {}
     for engine in ("numpy", "torch"):
         monkeypatch.setattr(arithmetic, "sgemm", lambda engine=engine: engine)
