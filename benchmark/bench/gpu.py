@@ -38,7 +38,7 @@ from core.devices import float32_modes
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 DEFAULT_CONFIG = EXPERIMENTS / "cub200" / "circle.yaml"  # BN-Inception, 512-D, P=16 K=5, 224 px
 SECTIONS = ("train", "loaders", "eval")
-EVAL_PATHS = ("float32", "float16", "bfloat16", "auto", "faiss")  # int8 is a CPU shortlist
+EVAL_PATHS = ("float32", "float16", "bfloat16", "auto", "faiss")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

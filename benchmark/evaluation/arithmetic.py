@@ -1,7 +1,7 @@
 """The shortlist's arithmetic: which low-precision product fills each similarity block.
 
 Every arithmetic keeps the evaluator exact (`ranks` re-checks whatever its bound leaves
-undecided); they differ in speed, and the speed depends on the hardware, so `auto` measures.
+undecided); they differ in speed, and the speed depends on the hardware.
 Each block score s̃ is within ε of the reference s (`similarity.shortlist_error`, with
 x̂ = x̃ + δx: ε = ||x̃||·||δy|| + ||δx||·||ỹ|| + ||δx||·||δy|| on the measured copies, plus
 float32 accumulation γ_D = D·2⁻²⁴/(1 - D·2⁻²⁴) for floating-point sums, plus 2⁻²⁴), and the
@@ -13,30 +13,18 @@ block's output rounding is added per threshold:
   `cuda_blocks`). ε ≈ 0.004-0.006.
 - `float16`: float16 inputs (||δ|| ≈ 2⁻¹²), float32 sums and output (on a CPU, a float32
   product of the float16 values: exact products, the same bound). ε ≈ 0.0005.
-- `int8`: one scale per copy (peak |x̂_d| / levels): 7-bit queries × 8-bit gallery items, the
-  unsigned × signed products of fbgemm with exact int32 sums (no γ_D), requantised to uint8
-  levels of step ≈ 1/250 of the thresholds' span (`Levels`: ½ level plus 4·2⁻²⁴ relative).
-  ε ≈ 0.04 for unit vectors, so ~10x more pairs go to the float32 re-check than for bfloat16.
 
-`auto` chooses per evaluation, on the data (`choice`): each arithmetic the hardware runs
-natively (bfloat16 only with AMX or AVX-512-BF16 on CPUs, compute capability 8 on GPUs; float16
-on GPUs of capability 7; int8 where torch has fbgemm) is costed as its product time, from one
-timed probe block per arithmetic (1,024 × 8,192 × 512, best of five calls after a warm-up; about
-a second, once per process and device), plus the re-check its band leaves on a sample of the
-data. float32 blocks use numpy's BLAS or torch's, whichever `sgemm` measured faster (torch's
-below `SMALL_MACS`, where the measurement would cost more than it could save). The
-argument `arithmetic=` of `RetrievalEvaluator`, else the environment variable
-CIRCLEBENCH_EVAL_ARITHMETIC, overrides it; a named arithmetic runs even where the hardware lacks
-it, in a slow form with the same bound (the int8 products exactly emulated).
+`auto` takes float32 or bfloat16 by a rule on the device's facts (`choice`). float32 blocks use
+numpy's BLAS or torch's by another (`sgemm`). The argument `arithmetic=` of
+`RetrievalEvaluator`, else the environment variable CIRCLEBENCH_EVAL_ARITHMETIC, overrides it;
+a named arithmetic runs even where the hardware lacks it, in a slow form with the same bound.
+int8 (fbgemm's u8 × s8 products) was one until issue 38: on no CPU measured was it faster than
+float32 or native bfloat16 (docs/benchmarks/evaluation.md).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import time
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -48,153 +36,54 @@ from benchmark.evaluation.bands import Block, Readout
 from benchmark.evaluation.cuda_blocks import CudaShortlist
 from benchmark.evaluation.faiss_blocks import FaissShortlist
 from benchmark.evaluation.precision import ieee_float32
-from benchmark.evaluation.similarity import Levels, LowCopy, prepare
+from benchmark.evaluation.similarity import LowCopy
 
-Arithmetic = Literal["auto", "bfloat16", "float16", "float32", "int8"]
-ARITHMETICS: tuple[str, ...] = ("auto", "bfloat16", "float16", "float32", "int8")
+Arithmetic = Literal["auto", "bfloat16", "float16", "float32"]
+ARITHMETICS: tuple[str, ...] = ("auto", "bfloat16", "float16", "float32")
 ENV_VAR = "CIRCLEBENCH_EVAL_ARITHMETIC"
 LOW_DTYPES = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
     "float32": torch.float32,
-    "int8": torch.int8,
 }
-# About 0.35 s of float32 products on 2 Zen 4 cores: below it, measuring (a second or two, once
-# per process) costs more than any arithmetic could save. CUB's and Cars196's test sets are
-# below, Market-1501, SOP and MSMT17 above. A frozen-track cell's 480 test images, far below,
-# were evaluated in 0.02 s after sgemm's 0.38 s measurement.
+# About 0.35 s of float32 products on 2 Zen 4 cores: below it, `auto` takes float32. CUB's and
+# Cars196's test sets are below, Market-1501, SOP and MSMT17 above.
 SMALL_MACS = 2**35
-PROBE_DIM, PROBE_MACS = 512, 1024 * 8192 * 512  # the probe's block (`probe_seconds`)
-# (device type, index, threads, D) -> the probe's seconds per arithmetic; sgemm's engine
-_PROBES: dict[tuple[str, int | None, int, int], dict[str, float]] = {}
-_SGEMM: dict[int, str] = {}
+
+
+def refusal(value: str, where: str) -> str:
+    """Why `value` (from `where`) is not an arithmetic, and the fix."""
+    gone = " (int8 was removed: it was never faster than auto's pick)" if value == "int8" else ""
+    return f"{where} must be one of {list(ARITHMETICS)}, got {value!r}{gone}"
 
 
 def requested(argument: str) -> str:
     """The arithmetic asked for: `argument`, or if it is "auto" the environment variable's."""
     if argument not in ARITHMETICS:
-        raise ValueError(f"arithmetic must be one of {list(ARITHMETICS)}, got {argument!r}")
+        raise ValueError(refusal(argument, "arithmetic"))
     if argument != "auto":
         return argument
     env = os.environ.get(ENV_VAR, "auto").strip() or "auto"
     if env not in ARITHMETICS:
-        raise ValueError(
-            f"{ENV_VAR}={env!r} is not an arithmetic; set it to one of {list(ARITHMETICS)} "
-            "or unset it"
-        )
+        raise ValueError(refusal(env, ENV_VAR) + "; set it to one of those or unset it")
     return env
 
 
-def resolve(argument: str, device: torch.device) -> str:
-    """The arithmetic to run on `device` as requested, or "auto" for `choice` to decide on the
-    data. int8 from the environment is a preference: on CUDA it leaves the choice to `auto`."""
-    name = requested(argument)
-    if name == "int8" and device.type != "cpu":
-        if argument == "int8":
-            raise ValueError(
-                "arithmetic='int8' is a CPU shortlist (fbgemm); on CUDA use 'float16', "
-                "'bfloat16', 'float32' or 'auto'"
-            )
-        # The environment variable is a preference for the machine's CPU evaluations.
-        warnings.warn(
-            f"{ENV_VAR}=int8 names a CPU shortlist; this CUDA evaluation chooses among "
-            f"{native(device)} instead",
-            stacklevel=3,
-        )
-        name = "auto"
-    return name
-
-
-def probe(device: torch.device, dim: int = PROBE_DIM) -> dict[str, float]:
-    """`probe_seconds` of every native arithmetic of `device` at dimension `dim`, measured once
-    per process, device, thread count (products run at the speed the threads give them) and
-    dimension (a float32 product of D = 256 ran 1.2x slower per multiply-add than at 512)."""
-    key = (device.type, device.index, torch.get_num_threads(), dim)
-    if key not in _PROBES:
-        _PROBES[key] = probe_seconds(native(device), device, dim=dim)
-    return _PROBES[key]
-
-
-def native(device: torch.device) -> list[str]:
-    """Arithmetics this device runs natively (candidates for `auto`), float32 first."""
-    if device.type == "cuda":
-        major = torch.cuda.get_device_capability(device)[0]
-        return ["float32"] + ["float16"] * (major >= 7) + ["bfloat16"] * (major >= 8)
-    names = ["float32"]
-    if cpu_flags() & {"amx_bf16", "avx512_bf16", "bf16"}:  # x86 AMX / AVX-512, ARM BF16
-        names.append("bfloat16")
-    if _has_fbgemm():
-        names.append("int8")
-    return names
-
-
-def probe_seconds(
-    names: list[str], device: torch.device, rounds: int = 5, dim: int = PROBE_DIM
-) -> dict[str, float]:
-    """Best time of each arithmetic's block of `PROBE_MACS` multiply-adds (1,024 × 8,192 at
-    D = 512; as many columns as keep that count at another D) over `rounds` calls after a
-    warm-up call; inf where one fails. Each candidate runs its calls back to back: taking
-    turns made every int8 call follow a numpy product, whose BLAS threads keep spinning after
-    it returns (on 2 cores int8 then probed 1.1x faster than float32 instead of 1.7x)."""
-    gen = torch.Generator().manual_seed(0)
-    cols = max(1, PROBE_MACS // (1024 * dim))
-    raw = torch.randn(1024 + cols, dim, generator=gen)
-    queries, gallery = torch.arange(1024), torch.arange(1024, 1024 + cols)
-    best = {name: float("inf") for name in names}
-    for name in names:
-        emb = prepare(raw, "probe", low_dtype=LOW_DTYPES[name], device=device, chunk=4096)
-        try:
-            query = emb.query.rows(queries)
-            shortlist = block(name, device)(query, emb.gallery.rows(gallery))
-            shortlist.readout(0.0, 1.0)
-            for call in range(rounds + 1):  # the first: packing, first-call set-up
-                start = time.perf_counter()
-                shortlist(query.values, 0)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                if call:
-                    best[name] = min(best[name], time.perf_counter() - start)
-        except Exception:  # a candidate this build cannot run (an op it lacks) is not one
-            pass
-    return best
-
-
 def sgemm() -> str:
-    """ "numpy" or "torch": whose float32 product is faster on this CPU, measured once per
-    thread count. numpy's BLAS (OpenBLAS in its wheels) ran 1.4x faster than torch's (MKL)
-    on the busy 2-core EPYC, and as fast when it was quiet. Each engine's calls run back to
-    back: taking turns, each call met the other engine's threads still spinning (with
-    OpenBLAS's spin shortened, `benchmark/__init__.py`, that made torch's look faster on the
-    quiet Zen 4, where numpy's is 1.5x faster in a whole float32 evaluation)."""
-    threads = torch.get_num_threads()
-    if threads not in _SGEMM:
-        gen = torch.Generator().manual_seed(0)
-        q, g = torch.randn(1024, 512, generator=gen), torch.randn(4096, 512, generator=gen)
-        out = torch.empty(1024, 4096)
-        products = {
-            "numpy": lambda: np.matmul(q.numpy(), g.numpy().T, out=out.numpy()),
-            "torch": lambda: torch.mm(q, g.T, out=out),
-        }
-        best = dict.fromkeys(products, float("inf"))
-        for engine, product in products.items():
-            for _ in range(4):
-                start = time.perf_counter()
-                product()
-                best[engine] = min(best[engine], time.perf_counter() - start)
-        _SGEMM[threads] = min(best, key=best.__getitem__)
-    return _SGEMM[threads]
+    """ "numpy" or "torch": whose float32 product the CPU blocks use, by the CPU's vendor, never
+    by a timing: numpy's BLAS (OpenBLAS in its wheels) on AMD, torch's (MKL) elsewhere. Each
+    ran whole float32 evaluations faster on that kind (docs/benchmarks/evaluation.md), and a
+    timing taken while other jobs run picked the slower one."""
+    return "numpy" if cpu_field("vendor_id") == {"AuthenticAMD"} else "torch"
 
 
-def block(name: str, device: torch.device, macs: int | None = None) -> Block:
-    """The block function (query copy, gallery copy) -> Shortlist of arithmetic `name`, for an
-    evaluation of `macs` multiply-adds (None: a large one). Every engine gives the same metrics
-    (the re-check is exact), so a small evaluation's float32 takes torch's unmeasured."""
+def block(name: str, device: torch.device) -> Block:
+    """The block function (query copy, gallery copy) -> Shortlist of arithmetic `name`; float32
+    blocks on the CPU by `sgemm`'s engine (every engine gives the same metrics: the re-check is
+    exact)."""
     if device.type == "cuda":
         return lambda query, gallery: CudaShortlist(gallery)
-    if name == "int8":
-        return lambda query, gallery: Int8Shortlist(query, gallery, fbgemm=_has_fbgemm())
-    measure = name == "float32" and (macs is None or macs >= SMALL_MACS)
-    engine = sgemm() if measure else "torch"
+    engine = sgemm()
     return lambda query, gallery: CpuShortlist(gallery, engine)
 
 
@@ -245,106 +134,19 @@ class CpuShortlist:
         return out
 
 
-class Int8Shortlist:
-    """u8 × s8 products with exact int32 sums, requantised to uint8 levels (fbgemm).
-
-    The gallery is packed once, in slabs of `_SLAB` columns (a block starting mid-slab computes
-    the whole slab: at most `_SLAB` wasted columns per panel), and each slab's uint8 levels go
-    into one reused buffer. Without fbgemm (`fbgemm=False`) the same levels are computed
-    exactly in float64 (the slow form, for CPUs without it and for the tests).
-    """
-
-    _SLAB = 2048
-
-    def __init__(self, query: LowCopy, gallery: LowCopy, *, fbgemm: bool) -> None:
-        self._q_scale, self._g_scale, self._zero = query.scale, gallery.scale, query.zero
-        self._reach = query.norm * gallery.norm
-        self._gallery = gallery.values
-        self._fbgemm = fbgemm
-        self._levels = Levels.covering(-self._reach, self._reach, self._reach)
-        self._packs: dict[int, object] = {}
-        self._buffer = torch.empty(0, dtype=torch.uint8)
-
-    def readout(self, lowest: float, highest: float) -> Readout:
-        self._levels = Levels.covering(lowest, highest, self._reach)
-        return self._levels
-
-    def __call__(self, q: Tensor, start: int) -> Tensor:
-        n = self._gallery.shape[0]
-        size = q.shape[0] * (n - start)
-        if self._buffer.numel() < size:
-            self._buffer = torch.empty(size, dtype=torch.uint8)
-        out = self._buffer[:size].view(q.shape[0], n - start)
-        out_np = out.numpy()  # numpy copies the slabs in 3 ms where torch took 180 (2 threads)
-        with _quantized_ops():
-            xq = torch._make_per_tensor_quantized_tensor(q, self._q_scale, self._zero)
-            for c in range(start - start % self._SLAB, n, self._SLAB):
-                levels = self._slab(q, xq, c)  # [B, slab width]
-                skip = max(start - c, 0)
-                out_np[:, c + skip - start : c + levels.shape[1] - start] = levels[:, skip:]
-        return out
-
-    def _slab(self, q: Tensor, xq: Tensor, c: int) -> np.ndarray:
-        g = self._gallery[c : c + self._SLAB]
-        step, zero = self._levels.step, self._levels.zero
-        if not self._fbgemm:
-            multiplier = self._q_scale * self._g_scale / step
-            return int8_levels(q, self._zero, g, multiplier, zero).numpy()
-        if c not in self._packs:
-            wq = torch._make_per_tensor_quantized_tensor(g, self._g_scale, 0)
-            self._packs[c] = torch.ops.quantized.linear_prepack(wq, None)
-        levels = torch.ops.quantized.linear(xq, self._packs[c], step, zero)  # quint8
-        # Its bytes as uint8, without int_repr()'s copy.
-        raw = torch.empty(0, dtype=torch.uint8)
-        raw.set_(levels.untyped_storage(), levels.storage_offset(), levels.shape, levels.stride())
-        return raw.numpy()
-
-
-def int8_levels(q: Tensor, q_zero: int, g: Tensor, multiplier: float, zero: int) -> Tensor:
-    """uint8 levels clamp(round(fp32(fp32(Σ (q - q_zero)·g) · fp32(multiplier))) + zero) [B, N],
-    the sums exact in float64 (|Σ| < 2⁵³): what fbgemm's requantisation computes."""
-    sums = (q.to(torch.float64) - q_zero) @ g.to(torch.float64).T
-    scaled = sums.to(torch.float32) * torch.tensor(multiplier, dtype=torch.float32)
-    return (torch.round(scaled) + zero).clamp_(0, 255).to(torch.uint8)
-
-
-@contextlib.contextmanager
-def _quantized_ops() -> Iterator[None]:
-    """fbgemm as the quantized engine (its u8 × s8 kernels are the ones the bound is derived
-    for), without the deprecation warning of quantized tensors (they are internal here), and
-    allowed under `torch.use_deterministic_algorithms(True)` (a Lightning `deterministic: true`
-    run): torch flags the quantized ops' output resize as nondeterministic, but their int32
-    sums are exact and the levels a function of them, so every run gives the same block."""
-    engine = torch.backends.quantized.engine
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*quantiz.*deprecated", category=UserWarning)
-        if engine != "fbgemm" and _has_fbgemm():
-            torch.backends.quantized.engine = "fbgemm"
-        if deterministic:
-            torch.use_deterministic_algorithms(False)
-        try:
-            yield
-        finally:
-            if deterministic:
-                torch.use_deterministic_algorithms(True, warn_only=warn_only)
-            if torch.backends.quantized.engine != engine:
-                torch.backends.quantized.engine = engine
-
-
-def _has_fbgemm() -> bool:
-    return "fbgemm" in torch.backends.quantized.supported_engines
-
-
 def cpu_flags() -> set[str]:
     """The CPU's feature flags (x86 `flags`, ARM `Features`) from /proc/cpuinfo; empty elsewhere."""
+    return cpu_field("flags") or cpu_field("Features")
+
+
+def cpu_field(key: str) -> set[str]:
+    """The words of the first /proc/cpuinfo line named `key`; empty where there is none."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return set()
     for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
+        name, _, value = line.partition(":")
+        if name.strip() == key:
             return set(value.split())
     return set()

@@ -20,7 +20,6 @@ from torch import Tensor
 
 from benchmark.evaluation import _dots, _scan
 from benchmark.evaluation.similarity import (
-    Levels,
     LowCopy,
     UnitEmbeddings,
     exact_similarities,
@@ -29,7 +28,7 @@ from benchmark.evaluation.similarity import (
     raw_similarities,
 )
 
-Readout = torch.dtype | Levels  # a floating-point block's dtype, or the levels of a uint8 one
+Readout = torch.dtype  # a block's output dtype
 
 
 class Shortlist(Protocol):
@@ -51,7 +50,7 @@ _EMPTY = np.iinfo(np.int64).max  # floor of a query without positives: no score 
 @dataclass(frozen=True)
 class _Bits:
     """How a block's scores are read as raw bits: bfloat16 as int16 (shifted into float32's
-    place), float32 as int32, uint8 levels as themselves (their keys are the levels)."""
+    place), float32 as int32."""
 
     dtype: np.dtype
     shift: int
@@ -62,23 +61,18 @@ class _Bits:
             return _Bits(np.dtype(np.int16), 16)
         if scores.dtype == torch.float32:
             return _Bits(np.dtype(np.int32), 0)
-        if scores.dtype == torch.uint8:
-            return _Bits(np.dtype(np.uint8), 0)
-        raise TypeError(f"similarity blocks must be bfloat16, float32 or uint8, not {scores.dtype}")
+        raise TypeError(f"similarity blocks must be bfloat16 or float32, not {scores.dtype}")
 
     def view(self, scores: Tensor) -> np.ndarray:
-        if scores.dtype == torch.uint8:
-            return scores.cpu().contiguous().numpy()
         torch_dtype = torch.int16 if self.shift else torch.int32
         return scores.cpu().contiguous().view(torch_dtype).numpy()
 
 
-def exclude_pairs(scores: Tensor, where: tuple[Tensor, Tensor] | Tensor, readout: Readout) -> None:
-    """Set scores[where] below every threshold: -inf, or level 0 (`Levels.covering` keeps every
-    threshold above it). `where` is an index pair, or a bool mask of the first columns. CPU
-    blocks are written through numpy: torch's parallel index_put and masked_fill stalled on
-    the busy 2-core machine."""
-    lowest = 0.0 if isinstance(readout, Levels) else -torch.inf
+def exclude_pairs(scores: Tensor, where: tuple[Tensor, Tensor] | Tensor) -> None:
+    """Set scores[where] to -inf, below every threshold. `where` is an index pair, or a bool
+    mask of the first columns. CPU blocks are written through numpy: torch's parallel
+    index_put and masked_fill stalled on the busy 2-core machine."""
+    lowest = -torch.inf
     if scores.device.type != "cpu":
         if isinstance(where, Tensor):
             scores[:, : where.shape[1]].masked_fill_(where.to(scores.device), lowest)
@@ -131,13 +125,9 @@ def threshold_tables(
     counts = torch.bincount(rows, minlength=n_rows)
     order = torch.argsort(rows * 4.0 + sims.to(torch.float64), stable=True)  # by row, then sim
     t = sims[order].to(torch.float64)
-    if isinstance(readout, Levels):
-        lo, hi = readout.keys(t, eps_in)
-        bits = _Bits(np.dtype(np.uint8), 0)
-    else:
-        eps = eps_in + output_error(readout, t, eps_in) + 2.0**-30
-        lo, hi = _ceil_keys(t - eps), _ceil_keys(t + eps)
-        bits = _Bits.of(torch.empty(0, dtype=readout))
+    eps = eps_in + output_error(readout, t, eps_in) + 2.0**-30
+    lo, hi = _ceil_keys(t - eps), _ceil_keys(t + eps)
+    bits = _Bits.of(torch.empty(0, dtype=readout))
     ptr = torch.zeros(n_rows + 1, dtype=torch.int64)
     ptr[1:] = counts.cumsum(0)
     ptr_np = ptr.numpy()

@@ -68,8 +68,9 @@ class RetrievalEvaluator:
             shortlist by faiss, CPU or GPU) or "auto" (torch on the chosen device).
         device: "cpu", "cuda" or "auto" (CUDA when available).
         arithmetic: the torch shortlist's arithmetic, "bfloat16", "float16", "float32",
-            "int8" (CPU) or "auto": the environment variable CIRCLEBENCH_EVAL_ARITHMETIC, else
-            the fastest native one by a short probe (`benchmark.evaluation.arithmetic`).
+            or "auto": the environment variable CIRCLEBENCH_EVAL_ARITHMETIC, else
+            `benchmark.evaluation.choice`'s rule (float32 for small evaluations, bfloat16
+            where the device multiplies it natively, float32 elsewhere).
         chunk_size: queries per similarity block; memory is about chunk_size × gallery × 2 bytes.
         rerank: None (rank by cosine similarity), "k-reciprocal" (Zhong et al. 2017, k1=20,
             k2=6, λ=0.3) or a `rerank.KReciprocal`; `query_gallery` only, always on the CPU
@@ -106,7 +107,7 @@ class RetrievalEvaluator:
         if not isinstance(chunk_size, int) or chunk_size <= 0:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if arithmetic not in ARITHMETICS:
-            raise ValueError(f"arithmetic must be one of {list(ARITHMETICS)}, got {arithmetic!r}")
+            raise ValueError(_arithmetic.refusal(arithmetic, "arithmetic"))
         if backend == "faiss" and arithmetic not in ("auto", "float32"):
             raise ValueError(
                 f"backend='faiss' computes float32 blocks, got arithmetic={arithmetic!r}; "
@@ -127,9 +128,6 @@ class RetrievalEvaluator:
             )
         self.rerank = rerank_method(rerank) if rerank is not None else None
         self.last_report: EvaluationReport | None = None
-        # What `auto` compared in the last call: one `choice.Estimate` per candidate arithmetic
-        # (empty when the arithmetic was named, or the evaluation too small to measure).
-        self.last_estimates: tuple[_choice.Estimate, ...] = ()
 
     @property
     def last_backend(self) -> str:
@@ -138,13 +136,10 @@ class RetrievalEvaluator:
 
     def _resolve(self) -> tuple[torch.device, str]:
         """(device, arithmetic) of this call: a name, "faiss" for the faiss backend, or "auto"
-        (decided on the data by `choice`)."""
+        (decided on the sets by `choice`)."""
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("device='cuda' but torch sees no CUDA device; use device='cpu'")
-        # `auto` takes CUDA when visible, except for int8 asked by name: a CPU shortlist.
-        cuda = self.device == "cuda" or (
-            self.device == "auto" and torch.cuda.is_available() and self.arithmetic != "int8"
-        )
+        cuda = self.device == "cuda" or (self.device == "auto" and torch.cuda.is_available())
         if self.backend == "faiss":
             if cuda and not faiss_has_gpu(import_faiss()):
                 warnings.warn(
@@ -155,27 +150,24 @@ class RetrievalEvaluator:
                 cuda = False
             return torch.device("cuda" if cuda else "cpu"), "faiss"
         device = torch.device("cuda" if cuda else "cpu")
-        return device, _arithmetic.resolve(self.arithmetic, device)
+        return device, _arithmetic.requested(self.arithmetic)
 
     def _blocks(
         self, sets: EvaluationSets, qe: UnitEmbeddings, ge: UnitEmbeddings, arithmetic: str
     ) -> tuple[str, Block, Block | None, UnitEmbeddings, UnitEmbeddings]:
         """(name, block function, float32 fallback for an overflowing band, query and gallery
-        sets in its low dtype) of `arithmetic`; "auto" is decided here, on the sets, and its
-        estimates kept in `last_estimates`."""
+        sets in its low dtype) of `arithmetic`; "auto" is decided here, by `choice`'s rule."""
         device = qe.device
-        self.last_estimates = ()
         if arithmetic == "faiss":
             name = f"faiss-{device.type}-float32"
             return name, _arithmetic.faiss_block(device), None, qe, ge
         if arithmetic == "auto":
-            arithmetic, self.last_estimates = _choice.choose(sets, qe, ge, device)
+            arithmetic = _choice.choose(sets, device)
         low = _arithmetic.LOW_DTYPES[arithmetic]
         qe = qe.in_dtype(low)
         ge = qe if sets.same_set else ge.in_dtype(low)
-        macs = _choice.product_macs(sets)
-        block = _arithmetic.block(arithmetic, device, macs)
-        fallback = None if arithmetic == "float32" else _arithmetic.block("float32", device, macs)
+        block = _arithmetic.block(arithmetic, device)
+        fallback = None if arithmetic == "float32" else _arithmetic.block("float32", device)
         return f"torch-{device.type}-{arithmetic}", block, fallback, qe, ge
 
     @like_torch()  # the compiled scans and re-checks: as many threads as torch's

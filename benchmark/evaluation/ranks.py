@@ -39,8 +39,8 @@ from benchmark.evaluation.similarity import UnitEmbeddings, exact_similarities, 
 
 # A block whose band holds more than this share of its pairs is recomputed in float32: past it,
 # re-checking the band pair by pair costs more than the float32 product of the whole block. The
-# share is the ratio of the two costs per pair, which scale alike with D (measured, `bench eval
-# --case collapsed --path int8`: docs/benchmarks/evaluation.md#measurements-behind-the-code).
+# share is the ratio of the two costs per pair, which scale alike with D (measured on int8
+# blocks before int8 was removed: docs/benchmarks/evaluation.md#measurements-behind-the-code).
 FALLBACK_SHARE = 0.05
 
 
@@ -119,7 +119,7 @@ def positive_ranks(
             readout = shortlist_readout(shortlist, sims, eps_in)
             tab = threshold_tables(rows[positive], sims, q_index.numel(), eps_in, readout)
             scores = shortlist(q_p.query.rows(q_index).values, 0)  # [B, N]
-            exclude_pairs(scores, (rows, g_index), readout)  # same label (and camera, or not)
+            exclude_pairs(scores, (rows, g_index))  # same label (and camera, or not)
             limit = _limit(fallback if attempt == 0 else None, *scores.shape)
             band = scan_rows(tab, scores, 0, limit)
             del scores
@@ -162,7 +162,7 @@ class _Panels:
         partly counted, when a band holds more pairs than `_limit` allows."""
         n = self.order.numel()
         scores = self.shortlist(self.query[s:e], s)  # [e - s, n - s]
-        exclude_pairs(scores, same, self.readout)
+        exclude_pairs(scores, same)
         rows = scan_rows(self.tab, scores, s, _limit(fallback, e - s, n - s))
         cols = scan_cols(self.tab, scores, e - s, e, _limit(fallback, e - s, n - e)) if e < n else (
             np.empty(0, np.int64), np.empty(0, np.int64))  # fmt: skip

@@ -116,8 +116,8 @@ def _encode(query: Tensor, gallery: Tensor, params: KReciprocal, chunk: int) -> 
     q, g = (prepare(e, name, low_dtype=torch.float32, device=torch.device("cpu"), chunk=chunk)
             for e, name in ((query, "query_emb"), (gallery, "gallery_emb")))  # fmt: skip
     x = UnitEmbeddings(  # one set of N items; its float32 copy is built once, when first used
-        torch.cat([q.raw, g.raw]), torch.cat([q.norms, g.norms]), max(q.peak, g.peak),
-        torch.float32, torch.device("cpu"), chunk,
+        torch.cat([q.raw, g.raw]), torch.cat([q.norms, g.norms]), torch.float32,
+        torch.device("cpu"), chunk,
     )  # fmt: skip
     del q, g
     n, n_query = x.raw.shape[0], query.shape[0]

@@ -12,7 +12,6 @@ identical (or equally similar) items tie.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -26,16 +25,13 @@ U32 = 2.0**-24  # float32 unit roundoff
 
 @dataclass(frozen=True)
 class LowCopy:
-    """A low-precision copy x̃ = scale · (values - zero) of the unit vectors, with its bounds.
+    """A low-precision copy x̃ of the unit vectors, with its bounds.
 
-    `values [N, D]` on the compute device: a floating-point dtype (scale 1, zero 0), or the
-    integers of the int8 shortlist (int8 with zero 0, or uint8 with zero 64). `norm` bounds
-    every ||x̃_i|| and `error` every ||x̂_i - x̃_i||.
+    `values [N, D]` in a floating-point dtype on the compute device. `norm` bounds every ||x̃_i||
+    and `error` every ||x̂_i - x̃_i||.
     """
 
     values: Tensor
-    scale: float
-    zero: int
     norm: float
     error: float
 
@@ -49,15 +45,13 @@ class UnitEmbeddings:
     """Float32 embeddings, their norms and the low-precision copies that shortlist them.
 
     `raw [N, D]` float32 on the CPU (the caller's tensor, not copied), `norms [N]` the float32
-    norms n_x (held as float64), `peak` the largest |x̂_d|. `query` is the copy used when these
-    rows are queries and `gallery` when they are gallery items: one copy in `low_dtype` for
-    floating-point shortlists; for int8 a 7-bit and an 8-bit one, each built on first use (a
-    gallery is never a query in `query_gallery`).
+    norms n_x (held as float64). `query` is the copy used when these
+    rows are queries and `gallery` when they are gallery items: one copy in `low_dtype`, built on
+    first use.
     """
 
     raw: Tensor
     norms: Tensor
-    peak: float
     low_dtype: torch.dtype
     device: torch.device
     chunk: int
@@ -69,11 +63,11 @@ class UnitEmbeddings:
 
     @property
     def query(self) -> LowCopy:
-        return self._copy("query" if self.low_dtype == torch.int8 else "both")
+        return self._copy()
 
     @property
     def gallery(self) -> LowCopy:
-        return self._copy("gallery" if self.low_dtype == torch.int8 else "both")
+        return self._copy()
 
     def in_dtype(self, low_dtype: torch.dtype) -> UnitEmbeddings:
         """The same rows shortlisted in `low_dtype` (copies built anew, on first use)."""
@@ -82,19 +76,13 @@ class UnitEmbeddings:
         return replace(self, low_dtype=low_dtype, _copies={})
 
     def subset(self, index: Tensor) -> UnitEmbeddings:
-        """Rows `index` only, quantised as in the whole set (the int8 scale is the whole set's
-        peak), so that a sample's blocks read as the whole evaluation's would."""
+        """Rows `index` only, their copies built anew on first use."""
         return replace(self, raw=self.raw[index], norms=self.norms[index], _copies={})
 
-    def _copy(self, role: str) -> LowCopy:
-        if role not in self._copies:
-            if role == "both":
-                self._copies[role] = _float_copy(self)
-            elif role == "query":
-                self._copies[role] = _int8_copy(self, QUERY_LEVELS, QUERY_ZERO)
-            else:
-                self._copies[role] = _int8_copy(self, GALLERY_LEVELS, 0)
-        return self._copies[role]
+    def _copy(self) -> LowCopy:
+        if "both" not in self._copies:
+            self._copies["both"] = _float_copy(self)
+        return self._copies["both"]
 
 
 def unit_rows(raw: Tensor, norms: Tensor) -> Tensor:
@@ -102,30 +90,24 @@ def unit_rows(raw: Tensor, norms: Tensor) -> Tensor:
     return raw / norms.to(torch.float32)[:, None]
 
 
-# Integer levels of the int8 copies: queries are the unsigned operand of u8 × s8 products with
-# 16-bit pair sums (AVX2/AVX-512 without VNNI), which cannot overflow with 7 bits (2 · 127 ·
-# 128 < 2¹⁵); gallery items use the full signed 8 bits.
-QUERY_LEVELS, GALLERY_LEVELS, QUERY_ZERO = 63, 127, 64
-
-
 def prepare(
     raw: Tensor, name: str, *, low_dtype: torch.dtype, device: torch.device, chunk: int
 ) -> UnitEmbeddings:
     """Check and normalise `raw [N, D]` (compiled, one pass per row); the shortlist copies in
-    `low_dtype` (a floating-point dtype or torch.int8) are built when first used.
+    `low_dtype` (a floating-point dtype) are built when first used.
 
     Raises ValueError naming `name` if a row is not finite (its norm is not) or all zeros.
     """
     x = raw.numpy()
-    norms32, peaks = np.empty(x.shape[0], np.float32), np.empty(x.shape[0], np.float32)
-    _units.norms_and_peak(x, norms32, peaks)
+    norms32 = np.empty(x.shape[0], np.float32)
+    _units.float32_norms(x, norms32)
     bad = ~np.isfinite(norms32) | (norms32 == 0)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         what = "is all zeros" if norms32[row] == 0 else "has NaN or Inf values"
         raise ValueError(f"{name} row {row} {what}: its cosine similarity is undefined")
     norms = torch.from_numpy(norms32).to(torch.float64)
-    return UnitEmbeddings(raw, norms, float(peaks.max()), low_dtype, device, chunk)
+    return UnitEmbeddings(raw, norms, low_dtype, device, chunk)
 
 
 def _float_copy(e: UnitEmbeddings) -> LowCopy:
@@ -141,26 +123,7 @@ def _float_copy(e: UnitEmbeddings) -> LowCopy:
     # float32 norms of D terms are within D·2⁻²⁴ (< 1e-3 for D < 16,000) of the true ones, so
     # ||x̂|| ≤ 1 + 1e-3 and ||low|| ≤ ||x̂|| + ||x̂ - low|| (saves a norm pass per chunk).
     low_error *= 1 + 1e-3
-    return LowCopy(low, 1.0, 0, (1 + 1e-3) * (1 + low_error), low_error)
-
-
-def _int8_copy(e: UnitEmbeddings, limit: int, zero: int) -> LowCopy:
-    """Integer copy scale · (values - zero), |values - zero| ≤ limit, scale = peak / limit, of
-    the unit rows, with float64-measured bounds."""
-    scale = e.peak / limit
-    values = np.empty(e.raw.shape, np.uint8 if zero else np.int8)
-    errors, sizes = np.empty(e.raw.shape[0]), np.empty(e.raw.shape[0])
-    norms = e.norms.to(torch.float32).numpy()
-    _units.int8_copy(e.raw.numpy(), norms, scale, limit, zero, values, errors, sizes)
-    # The float64 sums are within D·2⁻⁵³ of the true norms: 1e-9 covers D up to 10⁶.
-    margin = 1 + 1e-9
-    return LowCopy(
-        torch.from_numpy(values).to(e.device),
-        scale,
-        zero,
-        float(sizes.max()) * margin,
-        float(errors.max()) * margin,
-    )
+    return LowCopy(low, (1 + 1e-3) * (1 + low_error), low_error)
 
 
 def exact_similarities(
@@ -204,14 +167,12 @@ def shortlist_error(q: UnitEmbeddings, g: UnitEmbeddings) -> float:
     copy, before any rounding of the product's output.
 
     With x̂ = x̃ + δx:  x̂·ŷ - x̃·ỹ = x̃·δy + δx·ỹ + δx·δy  (Cauchy-Schwarz on each term), plus the
-    float32 accumulation of D exact products for floating-point copies (γ_D·||x̃||·||ỹ||,
-    Higham Thm 3.1; int8 sums are exact in int32: |Σ| ≤ 63·127·D < 2³¹), plus the two
+    float32 accumulation of D exact products (γ_D·||x̃||·||ỹ||, Higham Thm 3.1), plus the two
     roundings that separate x̂·ŷ from the reference s (2⁻²⁴ covers both for |s| ≤ 1.01).
-    Rounding of the product's output, if any, is added by the caller (`output_error`, `Levels`).
+    Rounding of the product's output, if any, is added by the caller (`output_error`).
     """
     qc, gc = q.query, g.gallery
-    exact_sum = not gc.values.dtype.is_floating_point
-    gamma_d = 0.0 if exact_sum else q.dim * U32 / (1 - q.dim * U32)
+    gamma_d = q.dim * U32 / (1 - q.dim * U32)
     a_q, a_g, e_q, e_g = qc.norm, gc.norm, qc.error, gc.error
     return a_q * e_g + e_q * a_g + e_q * e_g + gamma_d * a_q * a_g + U32 + 1e-30
 
@@ -232,40 +193,3 @@ def output_error(low_out: torch.dtype, thresholds: Tensor, eps_in: float) -> Ten
     power = torch.exp2(torch.ceil(torch.log2(reach)))
     power = torch.where(power < reach, 2 * power, power)  # log2 may round down just above 2^k
     return power * 2.0**-9
-
-
-@dataclass(frozen=True)
-class Levels:
-    """How the uint8 output of an int8 product reads: v = clamp(round(s̃ / step) + zero, 0, 255).
-
-    The product requantises its exact int32 sum with a float32 multiplier, so for 0 < v < 255,
-    |v - zero - s̃ / step| ≤ slack = ½ + 4·2⁻²⁴·max|s̃| / step (three float32 roundings: the
-    sum's conversion, the multiplier and the product; tested against fbgemm). A clamped level
-    bounds s̃ on one side only: v = 0 from above, v = 255 from below.
-    """
-
-    step: float
-    zero: int
-    slack: float
-
-    @staticmethod
-    def covering(lowest: float, highest: float, reach: float) -> Levels:
-        """Levels 2..252 span [min(lowest, 0), max(highest, 0)]; `reach` bounds |s̃|.
-
-        Every threshold ± ε then maps inside (1, 254): 0 (clamped, or a masked entry) is surely
-        below every threshold, and the zero point lies in [2, 253] as quint8 requires.
-        """
-        lo, hi = min(lowest, 0.0), max(highest, 0.0)
-        step = max(hi - lo, 2.0**-10) / 250
-        zero = math.ceil(2 - lo / step)
-        return Levels(step, zero, 0.5 + 4 * U32 * reach / step + 2.0**-20)
-
-    def keys(self, thresholds: Tensor, eps: float) -> tuple[np.ndarray, np.ndarray]:
-        """Level keys (lo, hi) [P] int64 for thresholds t with |s̃ - s| ≤ eps: a level v < lo
-        has s < t surely ((v - zero + slack)·step + eps < t), one v ≥ hi has s ≥ t surely
-        ((v - zero - slack)·step - eps ≥ t). 1e-9 covers the float64 division."""
-        t = thresholds.to(torch.float64)
-        hi = torch.ceil(self.zero + self.slack + (t + eps) / self.step + 1e-9)
-        lo = torch.ceil(self.zero - self.slack + (t - eps) / self.step - 1e-9)
-        # 255 may be clamped from above (never surely below), 0 from below (never surely above).
-        return lo.clamp(0, 255).long().numpy(), hi.clamp(1, 256).long().numpy()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 import torch
 
-from benchmark.bench.eval import product_bound
+from benchmark.bench import eval as bench_eval
 from benchmark.bench.eval_data import CASES, REAL_SIZES, make_data, scaled_case
 
 
@@ -48,9 +51,28 @@ def test_low_rank_lives_in_its_latent_dimensions() -> None:
     assert torch.linalg.matrix_rank(x) == case.latent
 
 
-def test_the_default_cases_are_the_real_sizes_and_the_bound_counts_pairs_once() -> None:
+def test_the_default_cases_are_the_real_sizes() -> None:
     assert REAL_SIZES == ("market", "msmt17", "sop")
-    sop, market = CASES["sop"], CASES["market"]
-    probe_macs = 1024 * 8192 * 512
-    assert product_bound(sop, 1.0) == pytest.approx(60_502 * 60_503 / 2 * 512 / probe_macs)
-    assert product_bound(market, 1.0) == pytest.approx(3_368 * 15_913 * 2048 / probe_macs)
+
+
+def test_a_cold_run_is_a_fresh_process_with_an_empty_numba_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What `--cold` times: the first evaluation after an install, where numba has no cache."""
+    seen = {}
+    real = subprocess.run
+
+    def run(
+        argv: list[str], *, env: dict[str, str], **kwargs: object
+    ) -> subprocess.CompletedProcess:
+        cache = Path(env["NUMBA_CACHE_DIR"])
+        seen["empty"] = cache.is_dir() and not any(cache.iterdir())
+        code = argv[-1].replace("print(first_seconds(", "print(first_seconds.__name__, (")
+        seen["out"] = real([*argv[:-1], code], capture_output=True, text=True)
+        return subprocess.CompletedProcess(argv, 0, stdout="0.5\n")
+
+    monkeypatch.setattr(bench_eval.subprocess, "run", run)
+    case = scaled_case(CASES["market"], 0.01)
+    assert bench_eval.cold_seconds(case, "auto", "cpu") == 0.5
+    assert seen["empty"] and seen["out"].returncode == 0, seen["out"].stderr  # the case rebuilds
+    assert bench_eval.first_seconds(case, "float32", "cpu") > 0

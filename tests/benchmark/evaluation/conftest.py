@@ -11,9 +11,8 @@ from benchmark.evaluation import RetrievalEvaluator, arithmetic
 from benchmark.evaluation.faiss_blocks import faiss_has_gpu, import_faiss
 
 # faiss float32, then torch in each arithmetic (float32 products by torch and by numpy's BLAS);
-# "int8-emulated" is the exact slow form that CPUs without fbgemm run, "cuda-*" the GPU paths
-# where a GPU exists.
-PATHS = ["faiss", "float32", "float32-numpy", "bfloat16", "float16", "int8", "int8-emulated"] + (
+# "cuda-*" the GPU paths where a GPU exists.
+PATHS = ["faiss", "float32", "float32-numpy", "bfloat16", "float16"] + (
     ["cuda-float32", "cuda-bfloat16", "cuda-float16"] if torch.cuda.is_available() else []
 )
 HAS_FAISS = importlib.util.find_spec("faiss") is not None
@@ -23,11 +22,7 @@ if torch.cuda.is_available() and HAS_FAISS and faiss_has_gpu(import_faiss()):
 
 def force(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Make `path` run as named where a choice would otherwise be measured or detected."""
-    if path == "int8-emulated":
-        monkeypatch.setattr(arithmetic, "_has_fbgemm", lambda: False)
-    elif path == "int8" and not arithmetic._has_fbgemm():
-        pytest.skip("this torch has no fbgemm; int8-emulated checks the same arithmetic")
-    elif path in ("float32", "float32-numpy"):
+    if path in ("float32", "float32-numpy"):
         monkeypatch.setattr(arithmetic, "sgemm", lambda: path.partition("-")[2] or "torch")
 
 

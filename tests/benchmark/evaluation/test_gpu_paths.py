@@ -93,7 +93,7 @@ def test_evaluation_on_blocks_without_out_dtype_is_exact(
 ) -> None:
     """torch 2.4-2.7's CUDA blocks, through the whole evaluator: the float32 answers."""
     monkeypatch.setattr(
-        arithmetic, "block", lambda n, d, macs=None: lambda q, g: CudaShortlist(g, out_dtype=False)
+        arithmetic, "block", lambda n, d: lambda q, g: CudaShortlist(g, out_dtype=False)
     )
     gen = torch.Generator().manual_seed(1)
     x, labels = _rows(2), torch.randint(0, 12, (120,), generator=gen)
@@ -115,51 +115,6 @@ def test_host_block_reuses_one_buffer() -> None:
     second = host.copy(torch.full((2, 3), 2.0))
     assert second.is_contiguous() and torch.equal(second, torch.full((2, 3), 2.0))
     assert first.untyped_storage().data_ptr() == second.untyped_storage().data_ptr()
-
-
-class _Raising:
-    """A shortlist whose product fails as torch < 2.8's bfloat16 CUDA product did."""
-
-    def readout(self, lowest: float, highest: float) -> torch.dtype:
-        return torch.float32
-
-    def __call__(self, q: torch.Tensor, start: int) -> torch.Tensor:
-        raise TypeError("mm() got an unexpected keyword argument 'out_dtype'")
-
-
-def test_probe_skips_a_candidate_that_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On torch < 2.8 a bfloat16 CUDA product raised TypeError (no `out_dtype`): the probe
-    must rule the candidate out, not end the run."""
-    real = arithmetic.block
-
-    def block(name: str, device: torch.device, macs: int | None = None):
-        raising = name == "bfloat16"
-        return (lambda query, gallery: _Raising()) if raising else real(name, device, macs)
-
-    monkeypatch.setattr(arithmetic, "block", block)
-    seconds = arithmetic.probe_seconds(["float32", "bfloat16"], CPU, rounds=1)
-    assert seconds["bfloat16"] == float("inf") and seconds["float32"] < float("inf")
-
-
-def test_int8_from_the_environment_is_a_preference_on_cuda(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv(arithmetic.ENV_VAR, "int8")
-    monkeypatch.setattr(arithmetic, "native", lambda device: ["float32", "bfloat16"])
-    with pytest.warns(UserWarning, match="CIRCLEBENCH_EVAL_ARITHMETIC=int8 names a CPU"):
-        assert arithmetic.resolve("auto", CUDA) == "auto"  # decided on the data, among CUDA's
-    assert arithmetic.resolve("auto", CPU) == "int8"
-    with pytest.raises(ValueError, match="'int8' is a CPU shortlist"):
-        arithmetic.resolve("int8", CUDA)  # asked by name: an error, as before
-
-
-def test_int8_by_name_stays_on_the_cpu_where_cuda_is_visible(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    ev = RetrievalEvaluator("same_set", (1,), arithmetic="int8")
-    ev.evaluate(torch.randn(20, 4), torch.arange(20) % 4)
-    assert ev.last_backend == "torch-cpu-int8"
 
 
 def test_two_faiss_distributions_are_a_conflict_with_the_fix() -> None:
