@@ -21,6 +21,7 @@ SERVER_IMPORTS = [
     "benchmark.training.cli",
     "wandb.sdk.launch",
     "benchmark.evaluation.numba_target",
+    "losses._circle_cpu",  # the Circle loss's compiled passes (`import losses` leaves them out)
 ]
 PRELOAD = ["benchmark.launch.preload"]  # what multiprocessing imports in the server
 
