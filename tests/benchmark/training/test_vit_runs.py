@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 
 from benchmark.cli import main
 from benchmark.tuning.command import main as tune
+from tests.benchmark.tuning.test_command import tiny_frozen
 
 VIT = (
     Path(__file__).resolve().parents[3] / "experiments" / "synthetic" / "fine_grained" / "vit_small"
@@ -48,16 +49,7 @@ def rows(path: Path) -> list[dict[str, str]]:
 
 
 def frozen_args(weights: Path, cache: Path) -> list[str]:
-    return [
-        "--data.init_args.extractor.init_args.backbone=test_vit",
-        f"--data.init_args.extractor.init_args.pretrained={weights}",
-        f"--data.init_args.cache_dir={cache}",
-        "--model.embedder.init_args.in_features=64",
-        "--model.embedder.init_args.embedding_dim=64",
-        "--data.init_args.images.init_args.image_size=32",
-        "--data.init_args.images.init_args.images_per_class=4",
-        "--data.init_args.images.init_args.num_train_classes=40",
-    ]
+    return tiny_frozen(weights, cache, backbone="test_vit", features=64)
 
 
 @pytest.mark.parametrize("pooling", ["cls", "cls_patch_mean"])

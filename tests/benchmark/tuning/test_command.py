@@ -37,14 +37,17 @@ def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def tiny_frozen(weights: Path, cache: Path) -> list[str]:
-    """Fit overrides: the frozen configs on 40 classes x 4 images at 32 px, 256 features."""
+def tiny_frozen(
+    weights: Path, cache: Path, *, backbone: str = "test_efficientnet", features: int = 256
+) -> list[str]:
+    """Fit overrides: the frozen configs on 40 classes x 4 images at 32 px, with `backbone`'s
+    weights from `weights` and its `features` pooled channels."""
     return [
-        "--data.init_args.extractor.init_args.backbone=test_efficientnet",
+        f"--data.init_args.extractor.init_args.backbone={backbone}",
         f"--data.init_args.extractor.init_args.pretrained={weights}",
         f"--data.init_args.cache_dir={cache}",
-        "--model.embedder.init_args.in_features=256",
-        "--model.embedder.init_args.embedding_dim=256",
+        f"--model.embedder.init_args.in_features={features}",
+        f"--model.embedder.init_args.embedding_dim={features}",
         "--data.init_args.images.init_args.image_size=32",
         "--data.init_args.images.init_args.images_per_class=4",
         "--data.init_args.images.init_args.num_train_classes=40",
