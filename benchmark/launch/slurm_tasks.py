@@ -14,6 +14,7 @@ resume from whichever cell's checkpoint is newest.
 
 from __future__ import annotations
 
+import abc
 import os
 import signal
 import socket
@@ -25,7 +26,7 @@ from submitit.helpers import Checkpointable
 from benchmark.launch.processes import redirected_fds, use_threads
 
 
-class SlurmTask(Checkpointable):
+class SlurmTask(Checkpointable, abc.ABC):
     """One array task: `run()` with its output in `log` (appended to after a restart) and
     `threads` CPU threads; rank k > 0 of a multi-GPU task writes `<log stem>.rank<k>.log`.
     Returns what `run()` returns, which submitit keeps in the job's result file.
@@ -53,9 +54,9 @@ class SlurmTask(Checkpointable):
             use_threads(self.threads)  # as the local runner's forked runs do
             return self.run(restarts)
 
+    @abc.abstractmethod
     def run(self, restarts: int) -> object:
         """The work; `restarts` counts the times Slurm started this task before."""
-        raise NotImplementedError
 
 
 class CallTask(SlurmTask):
