@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmark.leaderboard.cells import CellRunner
+from benchmark.leaderboard.cells import CellRunner, CellWork
 from benchmark.leaderboard.runner import fork_runner, subprocess_runner
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments" / "synthetic" / "fine_grained"
@@ -45,16 +45,17 @@ def run_cell(config: Path, seed: int, work: Path, runner: CellRunner) -> CellTim
     """One leaderboard cell of `config` with `seed` under `work`, timed; its cache events."""
     log = work / "logs" / f"{config.stem}-{seed}-{time.monotonic_ns()}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    rows_csv, cell_id = work / "rows.csv", f"bench/{config.stem}/{seed}"
     args = [
         "fit", "--config", str(config), "--seed_everything", str(seed),
-        "--results_csv", str(work / "rows.csv"), "--cell_id", f"bench/{config.stem}/{seed}",
+        "--results_csv", str(rows_csv), "--cell_id", cell_id,
         f"--trainer.default_root_dir={work / 'runs'}", "--wandb=false",
         "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
     ]  # fmt: skip
     if "frozen" in config.parts:
         args.append(f"--data.init_args.cache_dir={work / 'cache'}")
     start = time.perf_counter()
-    runner(args, log, 1)
+    runner(CellWork(args, rows_csv, cell_id), log, 1)
     seconds = time.perf_counter() - start
     events = _CACHE_LINE.findall(log.read_text(errors="replace"))
     computed = [float(s) for kind, _, s in events if kind == "computed"]

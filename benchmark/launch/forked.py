@@ -1,4 +1,8 @@
-"""A call in a child of the fork server: its own process group, CPU threads and log.
+"""A unit of work in a child of the fork server: its own process group, CPU threads and log.
+
+A unit (`Work`: a leaderboard cell, a tuning fold) is picklable, runs when called in the
+child, and says from here whether its result exists (`done`): that answer, not the exit status,
+decides a run whose status the fork server lost (`exit_status`).
 
 The child lets go of what it inherits from the server and would otherwise share with every
 other child: the server's "client alive" pipe (`_forked_child`). multiprocessing ends a child
@@ -11,42 +15,71 @@ from __future__ import annotations
 
 import multiprocessing.forkserver
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from benchmark.launch.fork_server import fork_server
 from benchmark.launch.processes import die_with_parent, tracked, use_threads
 
 # What multiprocessing reports when the fork server loses a child's exit status: seen once in
 # 345 leaderboard cells and once in 30 trials of a study, each time after the run had written
-# its result. Then the result, written last and atomically, decides (`succeeded`).
+# its result. Then the result, written last and atomically, decides (`exit_status`).
 LOST_STATUS = 255
 
 
-def run_forked(
-    target: Callable[..., object], args: Sequence[object], log: Path, threads: int | None
-) -> int:
-    """Call `target(*args)` in a child of the fork server (output to `log`, CPU threads
-    `threads`, its own process group, killed if this process dies); its exit status."""
+class Work(Protocol):
+    """A picklable unit of work: called in the child, it does the work and writes its result
+    last; `done()`, called in this process, is whether that result exists."""
+
+    def __call__(self) -> object: ...
+
+    def done(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Call:
+    """`target(*args)` as `Work` without a result to look for: a lost status stays a failure."""
+
+    target: Callable[..., object]
+    args: tuple[object, ...] = ()
+
+    def __call__(self) -> object:
+        return self.target(*self.args)
+
+    def done(self) -> bool:
+        return False
+
+
+def run_forked(work: Work, log: Path, threads: int | None) -> int:
+    """Call `work()` in a child of the fork server (output to `log`, CPU threads `threads`, its
+    own process group, killed if this process dies); its exit status (`exit_status`)."""
     context = fork_server()
-    child = context.Process(target=_forked_child, args=(target, tuple(args), str(log), threads))
+    child = context.Process(target=_forked_child, args=(work, str(log), threads))
     child.start()
     assert child.pid is not None
     with tracked(child.pid):
         child.join()
-    return child.exitcode if child.exitcode is not None else -1
+    return exit_status(child.exitcode if child.exitcode is not None else -1, work, log)
 
 
-def succeeded(status: int, wrote_result: Callable[[], bool]) -> bool:
-    """Whether a forked run succeeded: exit status 0, or `LOST_STATUS` with its result written
-    (`wrote_result()`), since the result is the last thing a run writes."""
-    return status == 0 or (status == LOST_STATUS and wrote_result())
+def exit_status(reported: int, work: Work, log: Path) -> int:
+    """The exit status of a forked run of `work`: the `reported` one, but 0 where that is
+    `LOST_STATUS` and `work.done()`, since its result is the last thing a run writes; the
+    log then ends with a line that says so."""
+    if reported != LOST_STATUS or not work.done():
+        return reported
+    with log.open("a") as out:
+        print(
+            f"[circlebench] exit status {reported} (lost by the fork server?), but the result "
+            "was written: the run counts as done",
+            file=out,
+        )
+    return 0
 
 
-def _forked_child(
-    target: Callable[..., object], args: tuple[object, ...], log: str, threads: int | None
-) -> None:
+def _forked_child(work: Work, log: str, threads: int | None) -> None:
     """In the forked child: own process group, death with the server, output to `log`."""
     os.setsid()  # a group of its own, so that processes.end_running can end it with its children
     # The server exits when its client (the process that runs the forks) dies, and the child
@@ -62,4 +95,4 @@ def _forked_child(
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    target(*args)
+    work()

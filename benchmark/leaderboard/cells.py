@@ -21,9 +21,27 @@ from rich.console import Console
 from benchmark.leaderboard.suite import Cell
 from benchmark.training.rows import drop_rows, read_results
 
-# (fit arguments, log file, CPU threads or None for torch's default) -> None;
+# (the cell, log file, CPU threads or None for torch's default) -> None;
 # raises CellFailedError.
-CellRunner = Callable[[list[str], Path, "int | None"], None]
+CellRunner = Callable[["CellWork", Path, "int | None"], None]
+
+
+@dataclass(frozen=True)
+class CellWork:
+    """One cell's `circlebench fit|test` (`cell_args`) as a unit of work (`forked.Work`): done
+    once the rows CSV holds its row, the last thing a run writes."""
+
+    args: list[str]
+    rows_csv: Path
+    cell_id: str
+
+    def __call__(self) -> None:
+        from benchmark.training.cli import main as cli_main
+
+        cli_main(self.args)
+
+    def done(self) -> bool:
+        return has_row(self.rows_csv, self.cell_id)
 
 
 class Launcher(Protocol):

@@ -22,7 +22,7 @@ from rich.console import Console
 
 from benchmark.errors import ArgumentParser
 from benchmark.launch.fork_server import fork_available
-from benchmark.launch.forked import run_forked
+from benchmark.launch.forked import Call, run_forked
 from benchmark.launch.processes import terminal_console
 from benchmark.leaderboard import numerics
 from benchmark.leaderboard.aggregate import aggregate_rows, read_leaderboard, write_csv
@@ -344,7 +344,7 @@ def log_wandb_table(
     work.mkdir(parents=True, exist_ok=True)
     if forked:
         log = work / "wandb-table.log"
-        status = run_forked(_log_table, (board, suite_name, work, chosen), log, threads=1)
+        status = run_forked(Call(_log_table, (board, suite_name, work, chosen)), log, threads=1)
         if status != 0:
             console.print(f"W&B: leaderboard table not logged (exit status {status}; see {log})")
         return

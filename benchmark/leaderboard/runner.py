@@ -21,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from benchmark.launch.forked import LOST_STATUS, run_forked
+from benchmark.launch.forked import run_forked
 from benchmark.launch.processes import (
     end_running,
     print_failure,
@@ -31,10 +31,10 @@ from benchmark.launch.processes import (
 )
 from benchmark.leaderboard.cells import (
     CellSettings,
+    CellWork,
     RunSummary,
     cell_args,
     cell_log,
-    has_row,
     suite_lock,
     unfinished_cells,
 )
@@ -45,53 +45,41 @@ class CellFailedError(RuntimeError):
     """A cell's `fit` exited with an error; its log file says why."""
 
 
-class StatusLostError(CellFailedError):
-    """The fork server lost a cell's exit status (`forked.LOST_STATUS`); its row, written
-    last, decides (`_run_one`)."""
-
-
-def subprocess_runner(args: list[str], log: Path, threads: int | None) -> None:
+def subprocess_runner(cell: CellWork, log: Path, threads: int | None) -> None:
     """Run `python -m benchmark.training.cli <args>` in a fresh interpreter (no shared state).
 
     The cell runs in its own process group, which ends with this process
     (`processes.run_in_own_group`), so no orphan goes on to append a row later.
     """
     env = dict(os.environ) | (thread_environment(threads) if threads is not None else {})
-    returncode = run_in_own_group([sys.executable, "-m", "benchmark.training.cli", *args], log, env)
+    command = [sys.executable, "-m", "benchmark.training.cli", *cell.args]
+    returncode = run_in_own_group(command, log, env)
     if returncode != 0:
         raise CellFailedError(f"exit status {returncode}")
 
 
-def fork_runner(args: list[str], log: Path, threads: int | None) -> None:
-    """Run `benchmark.training.cli.main(args)` in a process forked from the fork server.
+def fork_runner(cell: CellWork, log: Path, threads: int | None) -> None:
+    """Run the cell (`benchmark.training.cli.main(args)`) in a process forked from the fork
+    server; a status the server lost counts when the cell wrote its row (`forked.exit_status`).
 
     Same isolation as `subprocess_runner` (a process and process group of its own per cell,
     ended with this process), without importing the training stack again for every cell.
     """
-    returncode = run_forked(_cell_main, (args,), log, threads)
-    if returncode == LOST_STATUS:
-        raise StatusLostError(f"exit status {returncode} (lost by the fork server?)")
+    returncode = run_forked(cell, log, threads)
     if returncode != 0:
         raise CellFailedError(f"exit status {returncode}")
 
 
-def _cell_main(args: list[str]) -> None:
-    from benchmark.training.cli import main as cli_main
-
-    cli_main(args)
-
-
-def in_process_runner(args: list[str], log: Path, threads: int | None) -> None:
-    """Call `benchmark.training.cli.main(args)` in this interpreter, its output sent to `log`."""
+def in_process_runner(cell: CellWork, log: Path, threads: int | None) -> None:
+    """Run the cell (`benchmark.training.cli.main(args)`) in this interpreter, its output sent
+    to `log`."""
     import torch
-
-    from benchmark.training.cli import main as cli_main
 
     default_threads = torch.get_num_threads()
     with log.open("w") as out, redirected_fds(out.fileno()):
         try:
             torch.set_num_threads(threads or default_threads)
-            cli_main(args)
+            cell()
         except SystemExit as exit_:
             if exit_.code not in (None, 0):
                 raise CellFailedError(f"exit status {exit_.code}") from exit_
@@ -158,15 +146,11 @@ def _run_one(
     args = cell_args(
         cell, settings.rows_csv, runs, wandb=settings.wandb, suite=settings.suite, recipe=recipe
     )
+    work = CellWork(args, settings.rows_csv, cell.cell_id)
     start = time.perf_counter()
     try:
-        try:
-            settings.runner(args, log, settings.threads)
-        except StatusLostError as error:  # the row, written last, says whether the cell ran
-            if not has_row(settings.rows_csv, cell.cell_id):
-                raise
-            console.print(f"[yellow]note[/] {cell.cell_id}: {error}, but its row was written")
-        if not has_row(settings.rows_csv, cell.cell_id):
+        settings.runner(work, log, settings.threads)
+        if not work.done():
             raise CellFailedError(f"{cell.command} ended but wrote no row to {settings.rows_csv}")
     except CellFailedError as error:
         summary.failed[cell.cell_id] = f"{error}; log: {log}"

@@ -15,17 +15,18 @@ import csv
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
 
-from benchmark.launch.forked import succeeded
+from benchmark.launch.forked import Work
 from benchmark.training.atomic import write_text
 from benchmark.tuning.experiment import Budget, Experiment
 
-# (target, args, log, threads) -> exit status: how a fold's process is started
-ForkRunner = Callable[[Callable[..., object], Sequence[object], Path, "int | None"], int]
+# (work, log, threads) -> exit status: how a fold's process is started (`forked.run_forked`)
+ForkRunner = Callable[[Work, Path, "int | None"], int]
 
 
 class FoldFailedError(RuntimeError):
@@ -77,15 +78,15 @@ def choose_epoch(curves: list[list[float]]) -> tuple[int, float]:
 def run_fold(
     args: list[str], log: Path, budget: Budget, fork: ForkRunner, threads: int | None
 ) -> list[float]:
-    """The fold's validation metric after each epoch, from a forked `fit`; a lost exit status
-    is a success when the fold wrote its result (`forked.succeeded`)."""
+    """The fold's validation metric after each epoch, from a forked `fit` (`FoldWork`), whose
+    result is `<log stem>.json`."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    result = log.with_suffix(".json")
-    result.unlink(missing_ok=True)  # a rerun's result, not an older one, must decide
-    status = fork(fold_main, (args, str(result), budget.metric), log, threads)
-    if not succeeded(status, result.is_file) or not result.is_file():
+    work = FoldWork(args, log.with_suffix(".json"), budget.metric)
+    work.result.unlink(missing_ok=True)  # a rerun's result, not an older one, must decide
+    status = fork(work, log, threads)
+    if status != 0 or not work.done():
         raise FoldFailedError(f"{last_error(log)} (exit status {status}; log: {log})")
-    curve = json.loads(result.read_text())["curve"]
+    curve = json.loads(work.result.read_text())["curve"]
     if len(curve) != budget.max_epochs or not all(math.isfinite(v) for v in curve):
         raise FoldFailedError(
             f"validated {len(curve)} of {budget.max_epochs} epochs ({curve}); log: {log}"
@@ -93,13 +94,25 @@ def run_fold(
     return [float(v) for v in curve]
 
 
-def fold_main(args: list[str], result: str, metric: str) -> None:
-    """In the fold's process: run the fit, then write its per-epoch validation curve."""
-    from benchmark.training.cli import CircleBenchCLI
+@dataclass(frozen=True)
+class FoldWork:
+    """One fold's `fit` as a unit of work (`forked.Work`): called in the fold's process, it
+    runs the fit, then writes the per-epoch validation curve to `result`; done once that file
+    exists."""
 
-    cli = CircleBenchCLI(args=args)
-    curve = validation_curve(Path(cli.run_dir) / "metrics.csv", metric)
-    write_text(result, json.dumps({"curve": curve, "run_dir": str(cli.run_dir)}))
+    args: list[str]
+    result: Path
+    metric: str
+
+    def __call__(self) -> None:
+        from benchmark.training.cli import CircleBenchCLI
+
+        cli = CircleBenchCLI(args=self.args)
+        curve = validation_curve(Path(cli.run_dir) / "metrics.csv", self.metric)
+        write_text(self.result, json.dumps({"curve": curve, "run_dir": str(cli.run_dir)}))
+
+    def done(self) -> bool:
+        return self.result.is_file()
 
 
 def validation_curve(metrics_csv: Path, metric: str) -> list[float]:

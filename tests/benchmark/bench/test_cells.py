@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 
 from benchmark.bench import cells
+from benchmark.leaderboard.cells import CellWork
 
 
 def test_a_cell_reports_what_its_log_says_the_cache_did(tmp_path: Path) -> None:
     seen: list[list[str]] = []
 
-    def runner(args: list[str], log: Path, threads: int | None) -> None:
-        seen.append(args)
+    def runner(cell: CellWork, log: Path, threads: int | None) -> None:
+        seen.append(cell.args)
         log.write_text(
             "feature cache: computed synthetic train (4800 images, 49.5 s) /c/a.npy\n"
             "feature cache: read synthetic query (480 images, 0.0 s) /c/b.npy\n"

@@ -11,6 +11,7 @@ import pytest
 
 from benchmark.launch import fork_server, forked
 from benchmark.leaderboard import runner
+from benchmark.leaderboard.cells import CellWork
 from tests.benchmark.leaderboard.orphans import CELL, assert_cell_dies_with
 
 REPO = Path(__file__).resolve().parents[3]
@@ -31,13 +32,14 @@ def test_a_forked_cell_writes_its_log_with_its_threads_and_returns_its_status(
         "import os, torch\n"
         "print('threads', torch.get_num_threads(), os.getpgid(0) == os.getpid())\n"
     )
-    assert forked.run_forked(runpy.run_path, (script(tmp_path, body),), log, 1) == 0
+    assert forked.run_forked(forked.Call(runpy.run_path, (script(tmp_path, body),)), log, 1) == 0
     assert log.read_text().split() == ["threads", "1", "True"]  # own process group
     failing = script(tmp_path, "import sys\nprint('bad input', file=sys.stderr)\nsys.exit(3)\n")
-    assert forked.run_forked(runpy.run_path, (failing,), log, None) == 3
+    assert forked.run_forked(forked.Call(runpy.run_path, (failing,)), log, None) == 3
     assert log.read_text() == "bad input\n"
     with pytest.raises(runner.CellFailedError, match="exit status 2"):
-        runner.fork_runner(["fit", "--no-such-option"], log, 1)  # the CLI's usage error
+        cell = CellWork(["fit", "--no-such-option"], tmp_path / "rows.csv", "syn/circle/seed0")
+        runner.fork_runner(cell, log, 1)  # the CLI's usage error
     assert "--no-such-option" in log.read_text()
 
 
@@ -50,7 +52,7 @@ def test_a_forked_cell_dies_with_a_killed_leaderboard_process(tmp_path: Path) ->
         "fork_server.PRELOAD = []  # a server that imports nothing starts in a blink\n"
         "if __name__ == '__main__':\n"
         f"    log = Path({str(tmp_path / 'c.log')!r})\n"
-        f"    forked.run_forked(runpy.run_path, ({cell!r},), log, 1)\n"
+        f"    forked.run_forked(forked.Call(runpy.run_path, ({cell!r},)), log, 1)\n"
     )
     leaderboard_process = subprocess.Popen(
         [sys.executable, script(tmp_path.parent, parent)], cwd=REPO
@@ -91,5 +93,5 @@ def test_a_forked_cell_does_not_collect_the_servers_objects(tmp_path: Path) -> N
         "print(gc.get_freeze_count() > 100_000, 'benchmark.training.cli' in sys.modules,\n"
         "      gc.isenabled())\n"
     )
-    assert forked.run_forked(runpy.run_path, (script(tmp_path, body),), log, 1) == 0
+    assert forked.run_forked(forked.Call(runpy.run_path, (script(tmp_path, body),)), log, 1) == 0
     assert log.read_text().split() == ["True", "True", "True"]

@@ -17,9 +17,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from benchmark.launch import forked
 from benchmark.leaderboard import command as leaderboard
 from benchmark.leaderboard import numerics, runner
 from benchmark.leaderboard.aggregate import aggregate_rows, ci95, compared, read_leaderboard
+from benchmark.leaderboard.cells import CellWork
 from benchmark.leaderboard.check import compare
 from benchmark.leaderboard.markdown import (
     format_difference,
@@ -290,8 +292,18 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def fake_runner(calls: list[list[str]]):
+    """`fake_fit` as a cell runner (`cells.CellRunner`)."""
+    fit = fake_fit(calls)
+
+    def run(cell: CellWork, log: Path, threads: int | None) -> None:
+        fit(cell.args, log, threads)
+
+    return run
+
+
 def fake_fit(calls: list[list[str]]):
-    """A cell runner that writes what `fit` writes: a row, metrics.csv and similarities.npz."""
+    """A cell's `fit` that writes what `fit` writes: a row, metrics.csv and similarities.npz."""
 
     lock = threading.Lock()  # `--jobs 2` runs two cells at once
 
@@ -331,7 +343,7 @@ def fake_fit(calls: list[list[str]]):
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     """The command lines of the cells run: `fake_fit` stands in for the default runner."""
     seen: list[list[str]] = []
-    monkeypatch.setitem(leaderboard.RUNNERS, leaderboard.DEFAULT_ISOLATION, fake_fit(seen))
+    monkeypatch.setitem(leaderboard.RUNNERS, leaderboard.DEFAULT_ISOLATION, fake_runner(seen))
     return seen
 
 
@@ -621,19 +633,23 @@ def test_jobs_default_to_the_usable_cores_per_cell(monkeypatch: pytest.MonkeyPat
 def test_a_lost_exit_status_counts_only_when_the_cell_wrote_its_row(
     project: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
 ) -> None:
-    calls: list[list[str]] = []
-    writes = fake_fit(calls)
+    """The default (fork) runner, with the fork server's lost status standing in for a fork."""
+    writes = fake_fit([])
 
-    def lost(args: list[str], log: Path, threads: int | None) -> None:
-        if "syn/circle/seed0" in args:  # writes its row, then its status is lost
-            writes(args, log, threads)
-        raise runner.StatusLostError("exit status 255")
+    def lost(cell: CellWork, log: Path, threads: int | None) -> int:
+        log.write_text("training\n")
+        if cell.cell_id == "syn/circle/seed0":  # writes its row, then its status is lost
+            writes(cell.args, log, threads)
+        return forked.exit_status(forked.LOST_STATUS, cell, log)
 
-    monkeypatch.setitem(leaderboard.RUNNERS, leaderboard.DEFAULT_ISOLATION, lost)
+    monkeypatch.setattr(runner, "run_forked", lost)
     with pytest.raises(SystemExit):  # the three cells without a row failed
         leaderboard.main(["--suite", "t", "--no-wandb"])
     rows = read_results(project / "results/suites/t/rows.csv")
     assert list(rows["cell_id"]) == ["syn/circle/seed0"]
     out = capfd.readouterr().out
-    assert "note syn/circle/seed0" in out and "FAIL syn/circle/seed0" not in out
-    assert "FAIL syn/circle/seed1" in out
+    assert "done syn/circle/seed0" in out and "FAIL syn/circle/seed0" not in out
+    assert "FAIL syn/circle/seed1: exit status 255" in out
+    logs = project / "results/suites/t/logs"
+    assert "the run counts as done" in (logs / "syn__circle__seed0.log").read_text()
+    assert (logs / "syn__circle__seed1.log").read_text() == "training\n"

@@ -20,7 +20,7 @@ from benchmark.leaderboard.report import report_html
 from benchmark.leaderboard.suite import load_suite
 from benchmark.tuning.experiment import Budget
 from benchmark.tuning.tuned import GroupStudies, group_files, recipe
-from tests.benchmark.leaderboard.test_leaderboard import fake_fit, frame, row
+from tests.benchmark.leaderboard.test_leaderboard import fake_runner, frame, row
 from tests.benchmark.leaderboard.wandb_records import offline_child_env, read_offline_run
 
 BUDGET = "30 trials x 3 folds, <= 4 epochs, val MAP@R"
@@ -135,7 +135,7 @@ def test_a_tuned_cell_waits_for_its_tuning_then_trains_the_tuned_setting(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[list[str]] = []
-    monkeypatch.setitem(leaderboard.RUNNERS, leaderboard.DEFAULT_ISOLATION, fake_fit(calls))
+    monkeypatch.setitem(leaderboard.RUNNERS, leaderboard.DEFAULT_ISOLATION, fake_runner(calls))
     cells = load_suite("t", project).cells()
     assert [c.cell_id for c in cells] == [
         f"syn/{stem}{setting}/seed{seed}"

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from benchmark.launch import fork_server
-from benchmark.launch.forked import run_forked
+from benchmark.launch.forked import Call, run_forked
 from benchmark.leaderboard.command import log_wandb_table
 from tests.benchmark.leaderboard.wandb_records import read_offline_run
 
@@ -29,7 +29,7 @@ def test_the_table_is_an_offline_run_of_its_own(
 ) -> None:
     monkeypatch.setenv("WANDB_MODE", "offline")
     if forked:  # after a cell: each forked child runs W&B's exit, which removes its media folder
-        assert run_forked(print, ("a cell",), tmp_path / "cell.log", 1) == 0
+        assert run_forked(Call(print, ("a cell",)), tmp_path / "cell.log", 1) == 0
     console = Console(record=True)
     log_wandb_table(BOARD, "t", tmp_path, console, forked=forked)
     assert "not logged" not in console.export_text()

@@ -3,26 +3,27 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from benchmark.launch.forked import LOST_STATUS
+from benchmark.launch.forked import LOST_STATUS, exit_status
 from benchmark.tuning.experiment import Budget
-from benchmark.tuning.objective import FoldFailedError, choose_epoch, run_fold
+from benchmark.tuning.objective import FoldFailedError, FoldWork, choose_epoch, run_fold
 
 BUDGET = Budget(trials=1, folds=2, max_epochs=3)
 
 
 def _fork(status: int, curve: list[float] | None) -> Callable[..., int]:
-    """A fork runner whose fold writes `curve` (none: it writes nothing) and reports `status`."""
+    """A fork runner whose fold writes `curve` (none: it writes nothing) and whose status the
+    fork server reports as `status`, read as `forked.run_forked` reads it."""
 
-    def fork(target: Callable, args: Sequence, log: Path, threads: int | None) -> int:
+    def fork(work: FoldWork, log: Path, threads: int | None) -> int:
         log.write_text("ValueError: the fold's own error\n" if curve is None else "done\n")
         if curve is not None:
-            Path(args[1]).write_text(json.dumps({"curve": curve, "run_dir": "runs/x"}))
-        return status
+            work.result.write_text(json.dumps({"curve": curve, "run_dir": "runs/x"}))
+        return exit_status(status, work, log)
 
     return fork
 
@@ -30,6 +31,7 @@ def _fork(status: int, curve: list[float] | None) -> Callable[..., int]:
 def test_a_lost_status_after_the_result_was_written_is_a_finished_fold(tmp_path: Path) -> None:
     fork = _fork(LOST_STATUS, [0.1, 0.3, 0.2])
     assert run_fold([], tmp_path / "fold0.log", BUDGET, fork, 1) == [0.1, 0.3, 0.2]
+    assert "the run counts as done" in (tmp_path / "fold0.log").read_text()
 
 
 @pytest.mark.parametrize("status", [LOST_STATUS, 1])
