@@ -70,8 +70,11 @@ def die_with_parent() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def thread_environment(threads: int) -> dict[str, str]:
-    """The variables that size torch's OpenMP and MKL pools when they start."""
+def thread_environment(threads: int | None) -> dict[str, str]:
+    """The variables that size torch's OpenMP and MKL pools to `threads` when they start; none
+    for None (torch's default)."""
+    if threads is None:
+        return {}
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 

@@ -24,6 +24,7 @@ import submitit
 from submitit.core.utils import FailedJobError
 from submitit.slurm.slurm import SlurmInfoWatcher, _make_sbatch_string
 
+from benchmark.launch.processes import thread_environment
 from benchmark.launch.slurm_tasks import SlurmTask
 
 CODE_ROOT = Path(__file__).resolve().parents[2]  # the checkout the jobs import
@@ -102,8 +103,8 @@ class SlurmOptions:
     def parameters(self, workdir: Path, threads: int | None) -> dict[str, Any]:
         """submitit's `SlurmExecutor.update_parameters` arguments for these options."""
         setup = [f"export PYTHONPATH={shlex.quote(str(CODE_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}"]
-        if threads is not None:  # read by torch's OpenMP and MKL pools when they start
-            setup.append(f"export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}")
+        if variables := thread_environment(threads):
+            setup.append("export " + " ".join(f"{k}={v}" for k, v in variables.items()))
         parameters: dict[str, Any] = {
             "job_name": self.name,
             "time": self.time_min,

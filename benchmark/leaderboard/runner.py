@@ -51,7 +51,7 @@ def subprocess_runner(cell: CellWork, log: Path, threads: int | None) -> None:
     The cell runs in its own process group, which ends with this process
     (`processes.run_in_own_group`), so no orphan goes on to append a row later.
     """
-    env = dict(os.environ) | (thread_environment(threads) if threads is not None else {})
+    env = dict(os.environ) | thread_environment(threads)
     command = [sys.executable, "-m", "benchmark.training.cli", *cell.args]
     returncode = run_in_own_group(command, log, env)
     if returncode != 0:

@@ -43,6 +43,9 @@ def test_the_job_script_asks_slurm_for_what_the_trainer_will_use(
         assert f"#SBATCH {line}" in script
     assert any(line.startswith("srun ") for line in script)  # one process per Slurm task
     assert f"export PYTHONPATH={REPO}${{PYTHONPATH:+:$PYTHONPATH}}" in script
+    assert not any("NUM_THREADS" in line for line in script)  # torch's default threads
+    threaded = job_script(options, tmp_path / "slurm", count=10, threads=2).splitlines()
+    assert "export OMP_NUM_THREADS=2 MKL_NUM_THREADS=2" in threaded
     monkeypatch.setattr("sys.argv", ["circlebench"])  # pytest's own would read as stray arguments
     config = REPO / "experiments/synthetic/fine_grained/circle_class.yaml"
     cell = load_suite_cell(tmp_path, config)
