@@ -117,7 +117,7 @@ def leaderboard_markdown(
 
 def setting(row: pd.Series) -> str:
     """`tuned` for a row trained with a tuned setting, else `default`."""
-    return "tuned" if str(row.get("tuning", "") or "") else "default"
+    return "tuned" if is_tuned(row) else "default"
 
 
 def tuning_rows(studies: GroupStudies) -> tuple[str, list[str], list[list[str]]]:
@@ -179,7 +179,7 @@ def _group_table(
         if metrics and rows.get(f"{metrics[0]}_vs_{r}_mean", pd.Series()).notna().any()
     ]  # fmt: skip
     delta_heads = [f"Δ {_REFERENCE_NAMES[r]} {metrics[0]}" for r in deltas]
-    tuned = "tuning" in rows and rows["tuning"].astype(bool).any()
+    tuned = rows.apply(is_tuned, axis=1).any()
     settings = ["setting"] if tuned else []
     head = ["loss", "labels", *settings, "params", *varying, "seeds", *metrics, *delta_heads]
     head += ["s/run"]
@@ -236,7 +236,7 @@ def terminal_summary(board: pd.DataFrame) -> list[tuple[str, list[list[str]]]]:
             r for r in ("floor", "circle", "default")
             if rows.get(f"{first}_vs_{r}_mean", pd.Series()).notna().any()
         ]  # fmt: skip
-        tuned = "tuning" in rows and rows["tuning"].astype(bool).any()
+        tuned = rows.apply(is_tuned, axis=1).any()
         head = ["loss", "labels", *(["setting"] if tuned else []), "seeds", first]
         body = [head + [f"Δ {_REFERENCE_NAMES[r]} {first}" for r in references]]
         for _, row in rows.iterrows():
