@@ -35,22 +35,14 @@ from benchmark.launch.forked import run_forked
 from benchmark.launch.processes import end_running, terminal_console
 from benchmark.launch.slurm_options import add_launcher_argument, add_slurm_request, slurm_options
 from benchmark.manual import manual_line
-from benchmark.tuning.experiment import Budget, Experiment, parse_experiment, parsed_config
+from benchmark.tuning.experiment import Budget, Experiment, parsed_config
 from benchmark.tuning.gpu_hours import study_plan
 from benchmark.tuning.groups import Group, suite_groups
 from benchmark.tuning.history import log_history
 from benchmark.tuning.objective import run_trial
 from benchmark.tuning.on_slurm import tune_on_slurm
-from benchmark.tuning.space import derived_space, describe, load_space, space_path
-from benchmark.tuning.study import (
-    Heartbeat,
-    Proposer,
-    counted,
-    create_study,
-    enqueue_default,
-    open_storage,
-    work,
-)
+from benchmark.tuning.space import derived_space, describe, space_path
+from benchmark.tuning.study import Heartbeat, Proposer, counted, work
 from benchmark.tuning.task import RESULTS, Task
 from benchmark.tuning.tuned import TunedFiles, group_files, write_tuned
 
@@ -257,11 +249,7 @@ def _group(groups: tuple[Group, ...], name: str | None, suite: str) -> Group:
 
 def tune(task: Task, *, workers: int, threads: int, console: Console) -> dict:
     """Run (or resume) the study of `task` to its budget and write its tuned files."""
-    experiment = parse_experiment(task.config, task.overrides, load_space(task.space))
-    storage = open_storage(task.storage)
-    study = create_study(task.study, storage, task.budget)
-    assert experiment.defaults is not None  # parse_experiment reads them
-    enqueue_default(study, task.storage, experiment.defaults)
+    experiment, study = task.start()
     console.print(f"[bold]{task.study}[/]: {task.budget.describe()}; storage {task.storage}")
     if task.derived:
         console.print(
@@ -309,9 +297,7 @@ def tune(task: Task, *, workers: int, threads: int, console: Console) -> dict:
 
 def conclude(task: Task, console: Console) -> dict:
     """Write the tuned files of `task`'s study, whose trials ran elsewhere (Slurm)."""
-    experiment = parse_experiment(task.config, task.overrides, load_space(task.space))
-    study = create_study(task.study, open_storage(task.storage), task.budget)
-    return _write(task, study, experiment, console)
+    return _write(task, task.open_study(), task.experiment(), console)
 
 
 def _write(task: Task, study: optuna.Study, experiment: Experiment, console: Console) -> dict:

@@ -23,17 +23,8 @@ from rich.console import Console
 from benchmark.launch.forked import run_forked
 from benchmark.launch.slurm import SlurmOptions, submit_array, wait_for_jobs
 from benchmark.launch.slurm_tasks import CallTask
-from benchmark.tuning.experiment import parse_experiment
 from benchmark.tuning.objective import run_trial
-from benchmark.tuning.space import load_space
-from benchmark.tuning.study import (
-    Heartbeat,
-    Proposer,
-    counted,
-    create_study,
-    enqueue_default,
-    open_storage,
-)
+from benchmark.tuning.study import Heartbeat, Proposer, counted
 from benchmark.tuning.study import work as study_work
 from benchmark.tuning.task import Task
 
@@ -48,8 +39,7 @@ def worker(task: Task, threads: int, index: int) -> None:
     in separate processes seeded alike would draw the same settings (the local workers are
     threads of one sampler), and a proposal that repeats a setting is redrawn anyway.
     """
-    experiment = parse_experiment(task.config, task.overrides, load_space(task.space))
-    study = create_study(task.study, open_storage(task.storage), task.budget)
+    experiment, study = task.experiment(), task.open_study()
     proposer = Proposer(task.budget, experiment.space.distributions(), worker=index)
 
     def objective(trial: optuna.Trial) -> float:
@@ -76,10 +66,7 @@ def tune_on_slurm(
     """Run `workers` workers of each study as one Slurm job array and wait for them; why a
     study did not reach its budget (a worker's Slurm state and log), by study name."""
     for task in tasks:  # before any job: the default setting comes first, once
-        experiment = parse_experiment(task.config, task.overrides, load_space(task.space))
-        study = create_study(task.study, open_storage(task.storage), task.budget)
-        assert experiment.defaults is not None  # parse_experiment reads them
-        enqueue_default(study, task.storage, experiment.defaults)
+        task.start()
         console.print(f"[bold]{task.study}[/]: {task.budget.describe()}; storage {task.storage}")
     calls = [
         (task, worker_log(task, i), functools.partial(worker, task, threads, i))
@@ -104,7 +91,7 @@ def tune_on_slurm(
             failed.setdefault(task.study, []).append(line)
     short: dict[str, str] = {}
     for task in tasks:
-        study = create_study(task.study, open_storage(task.storage), task.budget)
+        study = task.open_study()
         running = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
         finished = counted(study) - running  # RUNNING now: their workers are gone
         if finished < task.budget.trials:

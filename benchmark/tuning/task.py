@@ -6,7 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmark.tuning.experiment import Budget
+import optuna
+
+from benchmark.tuning.experiment import Budget, Experiment, parse_experiment
+from benchmark.tuning.space import load_space
+from benchmark.tuning.study import create_study, enqueue_default, open_storage
 from benchmark.tuning.tuned import TunedFiles
 
 RESULTS = Path("results/tuning")
@@ -29,3 +33,19 @@ class Task:
     def work_dir(self) -> Path:
         """Fold logs of the study's trials (not committed)."""
         return RESULTS / self.study
+
+    def experiment(self) -> Experiment:
+        """The config with its overrides, over the search space."""
+        return parse_experiment(self.config, self.overrides, load_space(self.space))
+
+    def open_study(self) -> optuna.Study:
+        """The study in its storage, created on first use."""
+        return create_study(self.study, open_storage(self.storage), self.budget)
+
+    def start(self) -> tuple[Experiment, optuna.Study]:
+        """`experiment()` and `open_study()`, with the loss's default setting enqueued as the
+        study's first trial (once per study): what comes before any worker runs."""
+        experiment, study = self.experiment(), self.open_study()
+        assert experiment.defaults is not None  # parse_experiment reads them
+        enqueue_default(study, self.storage, experiment.defaults)
+        return experiment, study
