@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmark.launch.slurm_tasks import SlurmTask
+from benchmark.leaderboard.cells import row_recipes
 from benchmark.training.checkpoints import LAST, newest_run
-from benchmark.training.rows import read_results
 
 
 class CellTask(SlurmTask):
@@ -43,9 +43,7 @@ class CellTask(SlurmTask):
     def run(self, restarts: int) -> str:
         from benchmark.leaderboard import numerics
 
-        rows = read_results(self.rows_csv)
-        made = rows[rows["cell_id"] == self.cell_id].get("cell_recipe", [])
-        if self.recipe in set(made):  # restarted after writing its row: nothing left to do
+        if row_recipes(self.rows_csv).get(self.cell_id) == self.recipe:  # a restart after the end
             print(f"[circlebench] {self.cell_id} already has its row in {self.rows_csv}")
             return numerics.fingerprint()
         args = list(self.args)

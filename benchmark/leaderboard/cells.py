@@ -150,10 +150,7 @@ def unfinished_cells(
     are recorded as resumed and cells that cannot run (`Cell.unavailable`) as skipped, in
     `summary`.
     """
-    rows = read_results(settings.rows_csv)
-    # A row without a recipe predates them: it counts as done (nothing says otherwise).
-    made_by = rows["cell_recipe"] if "cell_recipe" in rows else [""] * len(rows)
-    recorded = dict(zip(rows["cell_id"], made_by, strict=True))
+    recorded = row_recipes(settings.rows_csv)
     recipes = {cell.cell_id: cell.recipe(root, settings.threads) for cell in cells}
     unavailable = {cell.cell_id: cell.unavailable(root) for cell in cells}
     # Only rows that can be made again are removed: a cell whose data is absent keeps its row.
@@ -180,9 +177,18 @@ def unfinished_cells(
     return todo, recipes
 
 
+def row_recipes(rows_csv: Path) -> dict[str, str]:
+    """Cell id -> the recipe (`Cell.recipe`) its row in the rows CSV was made by, the latest row
+    of a cell winning; "" for a row made before rows recorded recipes, which counts as made by
+    the cell's recipe now (nothing says otherwise)."""
+    rows = read_results(rows_csv)
+    made_by = rows["cell_recipe"] if "cell_recipe" in rows else [""] * len(rows)
+    return dict(zip(rows["cell_id"], made_by, strict=True))
+
+
 def has_row(rows_csv: Path, cell_id: str) -> bool:
     """Whether the rows CSV holds a row of `cell_id`."""
-    return cell_id in set(read_results(rows_csv)["cell_id"])
+    return cell_id in row_recipes(rows_csv)
 
 
 def cell_log(work_dir: Path, cell_id: str) -> Path:

@@ -38,12 +38,12 @@ from benchmark.leaderboard.cells import (
     cell_args,
     cell_log,
     has_row,
+    row_recipes,
     suite_lock,
     unfinished_cells,
 )
 from benchmark.leaderboard.suite import Cell
 from benchmark.training.atomic import write_text
-from benchmark.training.rows import read_results
 
 POLL_S = 10.0  # between two sacct calls while waiting; one call covers every job
 
@@ -210,8 +210,7 @@ def print_status(
     cells: list[Cell], settings: CellSettings, *, root: Path, console: Console
 ) -> None:
     """Where each cell stands, from the rows, `jobs.json` and `sacct`; runs nothing."""
-    rows = read_results(settings.rows_csv)
-    made = dict(zip(rows["cell_id"], rows.get("cell_recipe", [""] * len(rows)), strict=True))
+    made = row_recipes(settings.rows_csv)
     ledger = read_ledger(settings.work_dir)
     states = job_states(ledger[c.cell_id].job for c in cells if c.cell_id in ledger)
     counts: dict[str, int] = {}
