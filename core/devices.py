@@ -54,6 +54,19 @@ def conv_mode(device_type: str) -> str:
     return _new_api(getattr(torch.backends.mkldnn, "conv", None)) or "ieee"
 
 
+def chosen_device(choice: str) -> torch.device:
+    """The device a `device` setting names: "cpu", "cuda", or for "auto" CUDA where torch sees
+    a CUDA device, else the CPU.
+
+    Raises:
+        ValueError: for "cuda" where torch sees no CUDA device (callers name their setting).
+    """
+    cuda = torch.cuda.is_available()
+    if choice == "cuda" and not cuda:
+        raise ValueError("torch sees no CUDA device")
+    return torch.device("cuda" if choice == "cuda" or (choice == "auto" and cuda) else "cpu")
+
+
 def usable_cores() -> int:
     """The CPU cores this process may run on (its affinity where the OS has one), at least 1."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

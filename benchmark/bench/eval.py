@@ -35,6 +35,7 @@ from benchmark.evaluation import choice as _choice
 from benchmark.evaluation.arithmetic import ARITHMETICS, ENV_VAR, requested
 from benchmark.evaluation.faiss_blocks import faiss_has_gpu, gpu_resources, import_faiss
 from benchmark.manual import manual_line
+from core.devices import chosen_device
 
 
 def baseline(
@@ -319,10 +320,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                         help="where evaluator and peers run (auto: CUDA if seen)")  # fmt: skip
     args = parser.parse_args(argv)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: torch sees no CUDA device; use --device cpu")
-    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-    device = torch.device("cuda" if cuda else "cpu")
+    try:
+        device = chosen_device(args.device)
+    except ValueError as error:
+        parser.error(f"--device cuda: {error}; use --device cpu")
+    cuda = device.type == "cuda"
     print(machine())
     if cuda:
         print(f"GPU {torch.cuda.get_device_name(device)}, torch CUDA {torch.version.cuda}")

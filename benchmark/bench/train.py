@@ -34,7 +34,7 @@ from benchmark.bench.timing import machine
 from benchmark.manual import manual_line
 from benchmark.training.cli import CircleBenchCLI
 from benchmark.training.embedders import Embedder
-from core.devices import float32_modes, precision_label
+from core.devices import chosen_device, float32_modes, precision_label
 from losses import CircleLoss
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
@@ -162,10 +162,11 @@ def main(argv: list[str] | None = None) -> None:
         "--cells", type=int, default=3, help="leaderboard cells per track to time (0: skip)"
     )
     args = parser.parse_args(argv)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: torch sees no CUDA device; use --device cpu")
-    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-    device = torch.device("cuda" if cuda else "cpu")
+    try:
+        device = chosen_device(args.device)
+    except ValueError as error:
+        parser.error(f"--device cuda: {error}; use --device cpu")
+    cuda = device.type == "cuda"
     print(machine())
     torch.manual_seed(0)
     config_throughput(args.config, args.steps, args.warmup, device)

@@ -34,6 +34,7 @@ from benchmark.evaluation.ranks import positive_ranks
 from benchmark.evaluation.rerank import KReciprocal, RerankMethod, rerank_method, reranked_ranks
 from benchmark.evaluation.sets import PROTOCOLS, EvaluationSets, RetrievalProtocol, evaluation_sets
 from benchmark.evaluation.similarity import UnitEmbeddings, prepare, unit_rows
+from core.devices import chosen_device
 from core.threads import like_torch
 
 BACKENDS = ("auto", "torch", "faiss")
@@ -137,9 +138,10 @@ class RetrievalEvaluator:
     def _resolve(self) -> tuple[torch.device, str]:
         """(device, arithmetic) of this call: a name, "faiss" for the faiss backend, or "auto"
         (decided on the sets by `choice`)."""
-        if self.device == "cuda" and not torch.cuda.is_available():
-            raise ValueError("device='cuda' but torch sees no CUDA device; use device='cpu'")
-        cuda = self.device == "cuda" or (self.device == "auto" and torch.cuda.is_available())
+        try:
+            cuda = chosen_device(self.device).type == "cuda"
+        except ValueError as error:
+            raise ValueError(f"device='cuda' but {error}; use device='cpu'") from None
         if self.backend == "faiss":
             if cuda and not faiss_has_gpu(import_faiss()):
                 warnings.warn(

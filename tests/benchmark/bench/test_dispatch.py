@@ -22,3 +22,16 @@ def test_an_unknown_benchmark_is_refused_with_the_choices(
     with pytest.raises(SystemExit):
         main(["speed"])
     assert "invalid choice: 'speed'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("benchmark", ["train", "eval"])
+def test_device_cuda_without_cuda_is_a_usage_error(
+    benchmark: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as stop:
+        main([benchmark, "--device", "cuda"])
+    assert stop.value.code == 2
+    assert "--device cuda: torch sees no CUDA device; use --device cpu" in capsys.readouterr().err
