@@ -208,7 +208,7 @@ def build(
     if board.empty:
         console.print(f"no rows for suite {suite.name!r} in {rows_csv}; nothing to aggregate")
         return board, summary
-    requires = {g.name: str(g.requires or "") for g in suite.groups}
+    requires = {g.name: g.requires_text for g in suite.groups}
     board.insert(2, "requires", board["group"].map(requires))
     write_csv(board, out / "leaderboard.csv")
     if summary.ran:  # the machine that trained; aggregating elsewhere keeps the stored fingerprint

@@ -14,7 +14,8 @@ groups:
     overrides: [--data.init_args.mode=fine_grained]   # appended after the suite's
     config_overrides:               # optional: appended for one config, by file stem
       softmax: [--model.loss.init_args.num_classes=25]
-    requires: ../shared/data/cub200 # optional: cells are skipped, with a reason, when absent
+    requires: ../shared/data/cub200 # optional: a path or a list (data, local weights files);
+                                    # cells are skipped, with a reason, when one is absent
     paper_dataset: cub200           # optional: compare with this dataset's paper numbers
     floor: experiments/synthetic/circle.yaml  # optional: this config untrained is the floor
     seeds: [0, 1, 2]                # optional: replace the suite's seeds for this group

@@ -19,13 +19,14 @@ SETTINGS = ("default", "tuned")  # a loss as configured, and as tuned for its gr
 
 @dataclass(frozen=True)
 class Group:
-    """Experiments on one dataset setting; `requires` is a path that must exist to run them."""
+    """Experiments on one dataset setting; `requires`: the paths that must exist to run them
+    (the data, and local weights files where the configs name them)."""
 
     name: str
     configs: tuple[Path, ...]
     overrides: tuple[str, ...]
     config_overrides: dict[str, tuple[str, ...]]
-    requires: Path | None
+    requires: tuple[Path, ...]
     paper_dataset: str | None
     floor: Path | None = None
     seeds: tuple[int, ...] | None = None  # None: the suite's
@@ -38,10 +39,16 @@ class Group:
         return (*self.overrides, *self.config_overrides.get(config.stem, ()))
 
     def missing_data(self, root: Path) -> Path | None:
-        """The required path (resolved against `root`) when it is absent, else None."""
-        if self.requires is None or (root / self.requires).exists():
-            return None
-        return (root / self.requires).resolve()
+        """The first required path (resolved against `root`) that is absent, else None."""
+        for path in self.requires:
+            if not (root / path).exists():
+                return (root / path).resolve()
+        return None
+
+    @property
+    def requires_text(self) -> str:
+        """The required paths as one string for tables: `data/sop, weights/x.safetensors`."""
+        return ", ".join(str(p) for p in self.requires)
 
     def untuned(self, config: Path, root: Path) -> str | None:
         """Why the tuned setting of `config` cannot be used (absent, or tuned for another
@@ -106,7 +113,13 @@ def parse_group(name: str, spec: dict, root: Path, path: Path) -> Group:
             f"{where}: config_overrides names {unknown}, which are not among its configs "
             f"{sorted(c.stem for c in configs)}"
         )
-    requires = spec.get("requires")
+    requires = spec.get("requires") or []
+    if not isinstance(requires, list):
+        requires = [requires]
+    if not all(isinstance(r, str) and r for r in requires):
+        raise ValueError(
+            f"{where}: requires must be a path or a list of paths, got {spec['requires']!r}"
+        )
     chosen = spec.get("settings", SETTINGS)
     settings = tuple(chosen) if isinstance(chosen, (list, tuple)) else ()
     if "settings" in spec and (
@@ -127,7 +140,7 @@ def parse_group(name: str, spec: dict, root: Path, path: Path) -> Group:
             stem: strings(value, f"{where}: config_overrides.{stem}")
             for stem, value in per_config.items()
         },
-        requires=Path(requires) if requires else None,
+        requires=tuple(Path(r) for r in requires),
         paper_dataset=spec.get("paper_dataset"),
         floor=Path(floor) if floor is not None else None,
         seeds=seed_list(spec["seeds"], f"{where}: seeds") if "seeds" in spec else None,

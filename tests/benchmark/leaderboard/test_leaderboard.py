@@ -390,6 +390,28 @@ def test_suite_cells_expand_globs_and_seeds(project: Path) -> None:
     assert overrides == [("--a=1", "--b=2"), ("--a=1", "--b=2", "--c=3")]
 
 
+def test_requires_takes_a_list_and_names_the_first_absent_path(project: Path) -> None:
+    """Data and a local weights file: a group runs only when every path is there."""
+    (project / "data").mkdir()
+    (project / "experiments/suites/w.yaml").write_text(
+        "groups:\n  cub: {configs: experiments/syn/circle.yaml, "
+        "requires: [data, weights/vit.safetensors]}\n"
+    )
+    group = load_suite("w", project).groups[0]
+    assert group.requires == (Path("data"), Path("weights/vit.safetensors"))
+    assert group.requires_text == "data, weights/vit.safetensors"
+    assert group.missing_data(project) == project.resolve() / "weights/vit.safetensors"
+    (project / "weights").mkdir()
+    (project / "weights/vit.safetensors").write_bytes(b"")
+    assert group.missing_data(project) is None
+    assert load_suite("t", project).groups[1].requires == (Path("../absent_data"),)
+    (project / "experiments/suites/w.yaml").write_text(
+        "groups:\n  cub: {configs: experiments/syn/circle.yaml, requires: [data, 3]}\n"
+    )
+    with pytest.raises(ValueError, match=r"requires must be a path or a list of paths"):
+        load_suite("w", project)
+
+
 def test_suite_errors_name_the_problem(project: Path, capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(KeyError, match=r"unknown suite 'nope'; choose one of \['t'\]"):
         load_suite("nope", project)
