@@ -1,6 +1,7 @@
 """`circlebench leaderboard --plan`: what a suite will run, and its GPU-hours, before anything
 starts: per group its cells, studies and data, with each run's and study's GPU-hours from
-`tuning.gpu_hours` (a lower bound: the GPU's own time).
+`tuning.gpu_hours` (a lower bound: the GPU's own time), and on the frozen track the feature
+cache's, counted once in the suite per extractor and data.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from benchmark.tuning.gpu_hours import (
     THROUGHPUT,
     Rate,
     Workload,
+    architecture,
+    cache_hours,
     hours_text,
     rate_for,
     read_rates,
@@ -29,16 +32,19 @@ def suite_plan(suite: Suite, root: Path = Path("."), table: Path = THROUGHPUT) -
     lines = [f"plan of suite {suite.name!r}: {len(cells)} cells in {len(suite.groups)} groups"]
     totals: dict[str, float] = {}
     unknown: set[str] = set()
+    cached: set[tuple] = set()  # feature caches already counted (shared across groups)
     for group in suite.groups:
         mine = [c for c in cells if c.group.name == group.name]
         lines.append(_group_line(group, mine, root))
-        runs, tuning = _group_hours(group, mine, suite, rates, root, unknown)
-        for device, hours in runs.items():
-            studies = tuning.get(device, 0.0)
-            totals[device] = totals.get(device, 0.0) + hours + studies
-            split = f" (runs {hours_text(hours)}, tuning {hours_text(studies)})" if studies else ""
-            lines.append(f"    {device}: {hours_text(hours + studies)}{split}")
-        if not runs:
+        parts = _group_hours(group, mine, suite, rates, root, unknown, cached)
+        for device, part in parts.items():
+            hours = sum(part.values())
+            totals[device] = totals.get(device, 0.0) + hours
+            shown = {name: h for name, h in part.items() if h}  # runs alone need no split
+            split = ", ".join(f"{name} {hours_text(h)}" for name, h in shown.items())
+            split = f" ({split})" if set(shown) - {"runs"} else ""
+            lines.append(f"    {device}: {hours_text(hours)}{split}")
+        if not parts:
             lines.append("    no GPU-hours: synthetic data (a CPU group), or no measured rate")
     for device, hours in totals.items():
         lines.append(
@@ -76,10 +82,16 @@ def _group_hours(
     rates: dict[str, list[Rate]],
     root: Path,
     unknown: set[str],
-) -> tuple[dict[str, float], dict[str, float]]:
-    """GPU-hours per device of the group's runs (fits and floors), and of its tuning."""
-    hours: dict[str, float] = {}
-    tuning: dict[str, float] = {}
+    cached: set[tuple],
+) -> dict[str, dict[str, float]]:
+    """GPU-hours per device of the group's runs (fits and floors), of the frozen track's
+    feature caches not counted before (`cached`, updated), and of its tuning."""
+    parts: dict[str, dict[str, float]] = {}
+
+    def add(device: str, part: str, hours: float) -> None:
+        mine = parts.setdefault(device, {"runs": 0.0})
+        mine[part] = mine.get(part, 0.0) + hours
+
     read: dict[tuple[Path, tuple[str, ...]], Workload] = {}  # a config's seeds share one
     for cell in cells:
         key = (cell.config, cell.overrides)
@@ -88,15 +100,18 @@ def _group_hours(
             continue  # synthetic data: a CPU suite, timed by its own job
         found = rate_for(work, rates)
         if not found:
-            unknown.add(work.backbone)
+            unknown.add(architecture(work.backbone))
         epochs = 0 if cell.command == "test" else None  # a floor trains nothing
         if cell.tuned and group.tuning:
             epochs = group.tuning.max_epochs
         for device, rate in found.items():
-            hours[device] = hours.get(device, 0.0) + run_hours(work, rate, epochs=epochs)
+            add(device, "runs", run_hours(work, rate, epochs=epochs))
+            if work.views and (device, work.cache) not in cached:
+                cached.add((device, work.cache))
+                add(device, "feature cache", cache_hours(work, rate))
     if group.tuning is not None:
         for config in group.configs:
             work = workload(config, (*suite.overrides, *group.overrides_for(config)), root)
             for device, rate in rate_for(work, rates).items():
-                tuning[device] = tuning.get(device, 0.0) + study_hours(work, group.tuning, rate)
-    return hours, tuning
+                add(device, "tuning", study_hours(work, group.tuning, rate))
+    return parts

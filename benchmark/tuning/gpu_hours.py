@@ -10,7 +10,12 @@ source).
 A run's GPU time is its training images (the train split, each epoch) over the table's
 training rate plus its evaluated images (the test split once; while tuning, the validation fold
 after each epoch) over its extraction rate, both scaled from the table's image size by the pixel
-count. Loaders, start-up, checkpoints and evaluation's similarity product are not counted: the
+count. The table is per architecture: a timm weights tag (`vit_small_patch14_dinov2.lvd142m`)
+reads the row of `vit_small_patch14_dinov2`. On the frozen track (`CachedFeatureDataModule`) the
+backbone runs once, to fill the feature cache: each training image in each cached view and each
+test image, over the extraction rate, shared by every cell and study of that extractor on that
+data; its heads then train on cached features with no backbone pass, which is not counted.
+Loaders, start-up, checkpoints and evaluation's similarity product are not counted either: the
 figure is a lower bound of the GPU's own time.
 """
 
@@ -42,6 +47,12 @@ class Workload:
     epochs: int
     train_images: int  # the train split
     test_images: int  # query (+ gallery) split(s)
+    views: int = 0  # frozen track: cached views of each training image; 0: end to end
+
+    @property
+    def cache(self) -> tuple[str | None, str, int, int]:
+        """What identifies the frozen track's feature cache (its cells and studies share it)."""
+        return (self.dataset, self.backbone, self.pixels, self.views)
 
 
 def workload(config: Path, overrides: tuple[str, ...], root: Path = Path(".")) -> Workload:
@@ -55,12 +66,14 @@ def workload(config: Path, overrides: tuple[str, ...], root: Path = Path(".")) -
             _set(spec, path.split("."), yaml.safe_load(value))
     data = spec.get("data") or {}
     args = data.get("init_args") or {}
-    images = (args.get("images") or {}).get("init_args") or args  # cached features: the images
+    cached = isinstance(args.get("images"), dict)  # the frozen track: features of these images
+    image_data = args["images"] if cached else data
+    images = image_data.get("init_args") or {}
     embedder = ((spec.get("model") or {}).get("embedder") or {}).get("init_args") or {}
     extractor = (args.get("extractor") or {}).get("init_args") or {}  # the frozen track's
     trainer = spec.get("trainer") or {}
     by_class = {cls.__name__: cls for cls in DATASETS.values()}
-    cls = by_class.get(str(data.get("class_path", "")).rsplit(".", 1)[-1])
+    cls = by_class.get(str(image_data.get("class_path", "")).rsplit(".", 1)[-1])
     info = getattr(cls, "info", None)  # the real datasets' DatasetInfo
     counts = info.counts if info is not None else {}
     size = images.get("image_size", 224)
@@ -74,6 +87,7 @@ def workload(config: Path, overrides: tuple[str, ...], root: Path = Path(".")) -
         epochs=int(trainer.get("max_epochs", 1)),
         train_images=counts.get("train", (0, 0))[0],
         test_images=sum(counts.get(s, (0, 0))[0] for s in ("query", "gallery")),
+        views=int(args.get("views", 1)) if cached else 0,
     )
 
 
@@ -122,10 +136,17 @@ def read_rates(table: Path = THROUGHPUT) -> dict[str, list[Rate]]:
     return rates
 
 
+def architecture(backbone: str) -> str:
+    """A timm name without its weights tag, as the throughput table names it:
+    `vit_small_patch14_dinov2.lvd142m` -> `vit_small_patch14_dinov2`."""
+    return backbone.split(".", 1)[0]
+
+
 def rate_for(work: Workload, rates: dict[str, list[Rate]]) -> dict[str, Rate]:
-    """Per device, the table's row for the run's backbone whose batch is nearest its P x K."""
+    """Per device, the table's row for the run's backbone (its own name, else its architecture)
+    whose batch is nearest its P x K."""
     found: dict[str, tuple[int, Rate]] = {}
-    for rate in rates.get(work.backbone, []):
+    for rate in rates.get(work.backbone) or rates.get(architecture(work.backbone), []):
         distance = abs(rate.batch - work.batch)
         if rate.device not in found or distance < found[rate.device][0]:
             found[rate.device] = (distance, rate)
@@ -134,15 +155,27 @@ def rate_for(work: Workload, rates: dict[str, list[Rate]]) -> dict[str, Rate]:
 
 def run_hours(work: Workload, rate: Rate, *, epochs: int | None = None) -> float:
     """GPU-hours of one run (train split x epochs, the config's unless given; 0 for a floor's
-    test; then the test split once) at `rate`."""
+    test; then the test split once) at `rate`; 0 on the frozen track (see `cache_hours`)."""
+    if work.views:
+        return 0.0
     scale = rate.pixels / work.pixels
     train = work.train_images * (work.epochs if epochs is None else epochs) / (rate.train * scale)
     return (train + work.test_images / (rate.extract * scale)) / 3600
 
 
+def cache_hours(work: Workload, rate: Rate) -> float:
+    """GPU-hours of the frozen track's feature cache: every training image in each cached view,
+    and the test split, through the backbone once (0 end to end)."""
+    scale = rate.pixels / work.pixels
+    return (work.train_images * work.views + work.test_images) / (rate.extract * scale) / 3600
+
+
 def study_hours(work: Workload, budget: Budget, rate: Rate) -> float:
     """GPU-hours of one loss's study: trials x folds, each fold training (K-1)/K of the train
-    split and validating the rest after every epoch, up to the budget's epoch cap."""
+    split and validating the rest after every epoch, up to the budget's epoch cap; 0 on the
+    frozen track, whose folds read the cached features of the whole train split."""
+    if work.views:
+        return 0.0
     scale = rate.pixels / work.pixels
     held = work.train_images / budget.folds
     train = (work.train_images - held) * budget.max_epochs / (rate.train * scale)
@@ -158,9 +191,16 @@ def study_plan(config: Path, overrides: tuple[str, ...], budget: Budget, study: 
         return lines[0] + "; synthetic data (CPU): no GPU-hours estimate"
     found = rate_for(work, read_rates())
     for device, rate in found.items():
-        lines.append(f"  {device}: {hours_text(study_hours(work, budget, rate))}")
+        if work.views:
+            lines.append(
+                f"  {device}: feature cache {hours_text(cache_hours(work, rate))} (once for every "
+                "cell and study of this extractor and data); the trials train a head on cached "
+                "features, with no backbone pass"
+            )
+        else:
+            lines.append(f"  {device}: {hours_text(study_hours(work, budget, rate))}")
     if not found:
-        lines.append(f"  no measured images/s for {work.backbone} in {THROUGHPUT}")
+        lines.append(f"  no measured images/s for {architecture(work.backbone)} in {THROUGHPUT}")
     return "\n".join(lines)
 
 

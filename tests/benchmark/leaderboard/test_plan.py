@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,16 @@ from benchmark.leaderboard.plan import suite_plan
 from benchmark.leaderboard.suite import load_suite
 from benchmark.tuning.command import main as tune_main
 from benchmark.tuning.experiment import Budget
-from benchmark.tuning.gpu_hours import Rate, Workload, read_rates, run_hours, study_hours, workload
+from benchmark.tuning.gpu_hours import (
+    Rate,
+    Workload,
+    cache_hours,
+    rate_for,
+    read_rates,
+    run_hours,
+    study_hours,
+    workload,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 RATE = Rate("GPU X", batch=80, train=1000.0, extract=4000.0, pixels=224 * 224, source="test")
@@ -31,6 +41,49 @@ def test_hours_are_images_over_the_measured_rates() -> None:
     budget = Budget(trials=50, folds=4, max_epochs=40)
     fold = (5864 * 3 / 4 * 40 / 1000 + 5864 / 4 * 40 / 4000) / 3600
     assert study_hours(work, budget, RATE) == pytest.approx(50 * 4 * fold)
+
+
+FROZEN_CUB = """
+data:
+  class_path: datamodules.CachedFeatureDataModule
+  init_args:
+    images:
+      class_path: datamodules.CUB200DataModule
+      init_args: {root: data/cub200, p: 64, k: 4, image_size: 224}
+    extractor:
+      class_path: benchmark.training.embedders.BackboneFeatures
+      init_args: {backbone: vit_small_patch16_224.dino, pooling: cls}
+    views: 4
+trainer: {max_epochs: 20, precision: bf16-mixed}
+"""
+
+
+def test_a_frozen_track_config_costs_its_feature_cache_once(tmp_path: Path) -> None:
+    """The cache holds each training image in each view and the test split; the heads and the
+    studies train on cached features, with no backbone pass."""
+    (tmp_path / "frozen.yaml").write_text(FROZEN_CUB)
+    work = workload(Path("frozen.yaml"), (), tmp_path)
+    assert (work.dataset, work.backbone, work.batch, work.views) == (
+        "cub200", "vit_small_patch16_224.dino", 256, 4,
+    )  # fmt: skip
+    assert (work.train_images, work.test_images, work.epochs) == (5864, 5924, 20)
+    assert run_hours(work, RATE) == 0.0
+    assert study_hours(work, Budget(trials=50, folds=4, max_epochs=20), RATE) == 0.0
+    assert cache_hours(work, RATE) == pytest.approx((5864 * 4 + 5924) / 4000 / 3600)
+    two = workload(Path("frozen.yaml"), ("--data.init_args.views=2",), tmp_path)
+    assert two.views == 2 and two.cache != work.cache
+
+
+def test_a_weights_tag_reads_its_architectures_rate() -> None:
+    """The throughput table is per architecture; `.lvd142m` names weights, not another net."""
+    rates = {"vit_small_patch14_dinov2": [RATE]}
+    tagged = Workload("cub200", "vit_small_patch14_dinov2.lvd142m", 224 * 224, 256, "bf16-mixed",
+                      40, 5864, 5924)  # fmt: skip
+    assert rate_for(tagged, rates) == {"GPU X": RATE}
+    assert rate_for(tagged, {"vit_small_patch14_dinov2.lvd142m": [RATE], **rates}) == {
+        "GPU X": RATE
+    }
+    assert rate_for(dataclasses.replace(tagged, backbone="vit_base_patch14_dinov2"), rates) == {}
 
 
 def test_the_paper_suite_has_floors_budgets_and_gpu_hours(tmp_path: Path) -> None:
