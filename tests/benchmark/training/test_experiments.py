@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from benchmark.training.cli import CircleBenchCLI
+from datamodules.catalog import DATASETS as DATASETS_BY_NAME
 from losses.external import pml_installed
 
 EXPERIMENTS = Path(__file__).resolve().parents[3] / "experiments"
@@ -25,6 +26,7 @@ TUNED = sorted((EXPERIMENTS / "tuned").rglob("*.yaml"))
 DATASETS = ("cub200", "cars196", "sop", "market1501", "msmt17")
 LOSSES = {p.stem for p in (EXPERIMENTS / "synthetic" / "fine_grained").glob("*.yaml")}
 CLASS_COUNTS = {"cub200": 100, "cars196": 98, "sop": 11318, "market1501": 751, "msmt17": 1041}
+DATASET_OF = {cls.__name__: name for name, cls in DATASETS_BY_NAME.items()}  # by DataModule
 
 
 @pytest.fixture(autouse=True)
@@ -86,6 +88,33 @@ def test_circle_configs_carry_the_papers_settings(dataset: str) -> None:
     assert source["embedding_dim"] == embedder["embedding_dim"]
 
 
+RECIPE_2025 = sorted(EXPERIMENTS.glob("*/dinov2/*.yaml"))
+
+
+@pytest.mark.parametrize("path", RECIPE_2025, ids=lambda p: str(p.relative_to(EXPERIMENTS)))
+def test_dinov2_configs_carry_the_2025_recipe(path: Path) -> None:
+    """Berton et al. 2025 (their code's defaults): DINOv2 ViT-S/14's CLS token, every layer at
+    Adam lr 1e-6, the classifier at lr 1, 256 images a step with 4 per class, 224 px, bf16."""
+    config = yaml.safe_load(path.read_text())
+    model, data = config["model"], config["data"]["init_args"]
+    embedder = model["embedder"]["init_args"]
+    assert embedder == {
+        "backbone": "vit_small_patch14_dinov2.lvd142m",
+        "embedding_dim": 384,  # the CLS token itself: a residual head starting at the identity
+        "pretrained": "weights/vit_small_patch14_dinov2.lvd142m.safetensors",
+        "pooling": "cls",
+        "head": "residual",
+    }
+    assert model["optimizer"]["class_path"] == "torch.optim.Adam"
+    assert (model["backbone_lr"], model["head_lr"], model["loss_lr"]) == (1e-6, 1e-6, 1.0)
+    assert (data["p"] * data["k"], data["k"], data["image_size"]) == (256, 4, 224)
+    assert config["trainer"]["precision"] == "bf16-mixed"
+    assert path.parent.parent.name in DATASETS[:3]
+    assert {p.stem for p in path.parent.glob("*.yaml")} == {
+        "circle", "circle_class", "multi_similarity", "cosface", "arcface", "triplet",
+    }  # fmt: skip
+
+
 def test_class_level_configs_give_the_dataset_class_count_and_embedding_size() -> None:
     for path in CONFIGS:
         config = yaml.safe_load(path.read_text())
@@ -93,10 +122,10 @@ def test_class_level_configs_give_the_dataset_class_count_and_embedding_size() -
         for wrapper in ("source", "loss"):  # Circle's similarity source, ExternalLoss's module
             args = args[wrapper]["init_args"] if wrapper in args else args
         if "num_classes" in args:
-            dataset = path.parent.name
-            data = config["data"]["init_args"]
-            data = data["images"]["init_args"] if "images" in data else data  # frozen track
-            expected = CLASS_COUNTS.get(dataset, data.get("num_train_classes"))
+            data = config["data"]
+            data = data["init_args"].get("images", data)  # the frozen track: its images
+            dataset = DATASET_OF.get(data["class_path"].rsplit(".", 1)[-1])  # not the folder's
+            expected = CLASS_COUNTS.get(dataset, data["init_args"].get("num_train_classes"))
             assert args["num_classes"] == expected, path
             size = args.get("embedding_dim", args.get("embedding_size"))  # PML's name
             assert size == config["model"]["embedder"]["init_args"]["embedding_dim"], path
