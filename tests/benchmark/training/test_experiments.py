@@ -115,6 +115,28 @@ def test_dinov2_configs_carry_the_2025_recipe(path: Path) -> None:
     }  # fmt: skip
 
 
+FROZEN_DINO = sorted(EXPERIMENTS.glob("*/dino_frozen/*.yaml"))
+
+
+@pytest.mark.parametrize("path", FROZEN_DINO, ids=lambda p: str(p.relative_to(EXPERIMENTS)))
+def test_frozen_dino_configs_cache_the_cls_token_of_dino_vit_s16(path: Path) -> None:
+    """Hyp-ViT's frozen baseline: DINO ViT-S/16's CLS token, with a head that starts at the
+    identity (so the floor is that token), at 224 px and the DINOv2 recipe's batches."""
+    config = yaml.safe_load(path.read_text())
+    data = config["data"]["init_args"]
+    assert data["extractor"]["init_args"] == {
+        "backbone": "vit_small_patch16_224.dino",
+        "pretrained": "weights/vit_small_patch16_224.dino.safetensors",
+        "pooling": "cls",
+    }
+    head = config["model"]["embedder"]["init_args"]
+    assert head == {"in_features": 384, "embedding_dim": 384, "kind": "residual"}
+    images = data["images"]["init_args"]
+    assert (images["p"] * images["k"], images["image_size"]) == (256, 224)
+    dinov2 = yaml.safe_load((path.parent.parent / "dinov2" / path.name).read_text())
+    assert config["model"]["loss"] == dinov2["model"]["loss"]  # the same losses as end to end
+
+
 def test_class_level_configs_give_the_dataset_class_count_and_embedding_size() -> None:
     for path in CONFIGS:
         config = yaml.safe_load(path.read_text())
