@@ -1,33 +1,36 @@
-"""Leaderboard plots (matplotlib, Agg): Recall@K, s_p / s_n during training, final (s_n, s_p).
+"""Leaderboard figures (matplotlib): Recall@K, s_p / s_n during training, final (s_n, s_p).
 
-One figure of each kind per suite group, named `<kind>_<group>.png`. The training curves and
-the scatter come from the runs' logs (`run_logs.py`), like Fig. 4 and Fig. 5 of the Circle loss
-paper.
+One figure of each kind per suite group, over the experiments it compares (`aggregate.compared`:
+its tuned losses and floor). `write_plots` writes them as `<kind>_<group>.png`, and the HTML
+report (`report.py`) inlines the same PNG bytes (`png`), so the files and the page show the same
+pictures. The training curves and the scatter come from the runs' logs (`run_logs.py`), like
+Fig. 4 and Fig. 5 of the Circle loss paper.
+
+Figures are `matplotlib.figure.Figure`s, not pyplot's: no global state to close, and no backend to
+choose on the headless machines the suites run on (PNG is always drawn by Agg).
 """
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: the suite runs on headless machines
-
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from benchmark.evaluation.metrics import metric_columns
 from benchmark.leaderboard.aggregate import compared
 from benchmark.leaderboard.run_logs import experiments, final_similarities, training_curves
 
 KINDS = ("recall_at_k", "sp_sn_training", "sp_sn_scatter")  # the file name's `<kind>_<group>`
+DPI = 100
 
 
 def write_plots(board: pd.DataFrame, rows: pd.DataFrame, out_dir: Path) -> list[Path]:
-    """Write each group's plots of the experiments it compares (`aggregate.compared`: its
-    tuned losses and floor); returns the files written (runs without logs get none)."""
+    """Write each group's figures (`group_figures`) of the experiments it compares; returns the
+    files written (runs without logs get none)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     experiment = experiments(rows)
@@ -36,27 +39,44 @@ def write_plots(board: pd.DataFrame, rows: pd.DataFrame, out_dir: Path) -> list[
         for kind in KINDS:
             (out_dir / f"{kind}_{group}.png").unlink(missing_ok=True)
     for group, entries in shown.groupby("group", sort=False):
-        written.append(recall_plot(entries, out_dir / f"recall_at_k_{group}.png"))
         runs = rows[experiment.isin(entries["experiment"])]
-        for path in (
-            training_curves_plot(runs, out_dir / f"sp_sn_training_{group}.png"),
-            similarity_scatter_plot(runs, out_dir / f"sp_sn_scatter_{group}.png"),
-        ):
-            if path is not None:
-                written.append(path)
+        for kind, figure in group_figures(entries, runs).items():
+            path = out_dir / f"{kind}_{group}.png"
+            path.write_bytes(png(figure))
+            written.append(path)
     return written
+
+
+def group_figures(entries: pd.DataFrame, runs: pd.DataFrame) -> dict[str, Figure]:
+    """One group's figures by kind, in `KINDS` order, from its compared board `entries` (at
+    least one) and their results rows `runs`; a kind the runs left nothing for (no run folders
+    on this machine) is left out."""
+    figures = {
+        "recall_at_k": recall_plot(entries),
+        "sp_sn_training": training_curves_plot(runs),
+        "sp_sn_scatter": similarity_scatter_plot(runs),
+    }
+    return {kind: figure for kind, figure in figures.items() if figure is not None}
+
+
+def png(figure: Figure) -> bytes:
+    """The figure as PNG at `DPI`: the bytes of the file and of the report's image alike."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=DPI)
+    return buffer.getvalue()
 
 
 def _label(experiment: str) -> str:
     return experiment.rsplit("/", 1)[-1]
 
 
-def recall_plot(entries: pd.DataFrame, path: Path) -> Path:
+def recall_plot(entries: pd.DataFrame) -> Figure:
     """R@K (mean, 95 % CI bars) against K on a log axis, one line per experiment."""
     recalls = [m for m in metric_columns([c[:-5] for c in entries if c.endswith("_mean")])]
     recalls = [m for m in recalls if m.startswith("R@") and entries[f"{m}_mean"].notna().any()]
     ks = [int(m[2:]) for m in recalls]
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     for _, row in entries.iterrows():
         means = [float(row[f"{m}_mean"]) for m in recalls]
         cis = [float(row[f"{m}_ci95"]) for m in recalls]
@@ -66,25 +86,28 @@ def recall_plot(entries: pd.DataFrame, path: Path) -> Path:
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set(xlabel="K", ylabel="Recall@K (%)", title=f"Recall@K, {entries['group'].iloc[0]}")
     ax.legend(fontsize="small")
-    return _save(fig, path)
+    fig.tight_layout()
+    return fig
 
 
-def training_curves_plot(runs: pd.DataFrame, path: Path) -> Path | None:
+def training_curves_plot(runs: pd.DataFrame) -> Figure | None:
     """Mean s_p and s_n per training step (averaged over seeds), one colour per experiment."""
     curves = training_curves(runs)
     if not curves:
         return None
-    fig, (ax_p, ax_n) = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+    fig = Figure(figsize=(10, 4))
+    ax_p, ax_n = fig.subplots(1, 2, sharex=True)
     for name, curve in curves.items():
         ax_p.plot(curve.index, curve["train/sp_mean"], label=_label(name))
         ax_n.plot(curve.index, curve["train/sn_mean"], label=_label(name))
     ax_p.set(xlabel="step", ylabel="mean s_p", title="within-class similarity s_p")
     ax_n.set(xlabel="step", ylabel="mean s_n", title="between-class similarity s_n")
     ax_p.legend(fontsize="small")
-    return _save(fig, path)
+    fig.tight_layout()
+    return fig
 
 
-def similarity_scatter_plot(runs: pd.DataFrame, path: Path) -> Path | None:
+def similarity_scatter_plot(runs: pd.DataFrame) -> Figure | None:
     """Final (s_n, s_p) of the test queries, one panel per experiment (its lowest seed).
 
     Circle loss panels draw its decision boundary, the circle (s_n)² + (s_p − 1)² = 2m²
@@ -95,7 +118,8 @@ def similarity_scatter_plot(runs: pd.DataFrame, path: Path) -> Path | None:
         return None
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 4 * rows), squeeze=False)
+    fig = Figure(figsize=(4 * cols, 4 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
     for ax, panel in zip(axes.flat, panels, strict=False):
         sn, sp, m = panel.sn, panel.sp, panel.circle_m
         ax.scatter(sn, sp, s=4, alpha=0.4)
@@ -111,11 +135,5 @@ def similarity_scatter_plot(runs: pd.DataFrame, path: Path) -> Path | None:
         ax.set(xlabel="s_n (highest negative)", ylabel="s_p (lowest positive)")
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    return _save(fig, path)
-
-
-def _save(fig: plt.Figure, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return fig

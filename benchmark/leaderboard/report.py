@@ -1,31 +1,27 @@
 """The leaderboard as one self-contained page: `results/suites/<suite>/report.html`.
 
-Everything is inlined, so the page opens from disk with no network: plotly.js (the copy that the
-`plotly` package ships, MIT licence, about 4.8 MB), each figure's data as JSON, and a small
-script that sorts a table by the column whose header is clicked. Per group: the run metadata
-(settings its rows share, seeds, the numerics fingerprint), the table (the settings that vary,
-then every `<metric>_mean` / `<metric>_ci95` pair of the board as `mean ± ci95`), the metrics as
-bars with 95 % CI whiskers, and the figures of `report_figures.py` from the runs' logs.
+Everything is inlined, so the page opens from disk with no network: each figure as a PNG image
+(a `data:` URI) and a small script that sorts a table by the column whose header is clicked.
+Per group: the run metadata (settings its rows share, seeds, the numerics fingerprint), the table
+(the settings that vary, then every `<metric>_mean` / `<metric>_ci95` pair of the board as
+`mean ± ci95`), the figures of `plots.py` (the same PNG bytes as the board's `plots/` files), and
+for a group that tunes, its tuning table and the figures of `report_tuning.py`.
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import math
 from pathlib import Path
 
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs
+from matplotlib.figure import Figure
 
 from benchmark.evaluation.metrics import metric_columns
 from benchmark.leaderboard.aggregate import compared
 from benchmark.leaderboard.markdown import format_params, setting, tuning_rows, untuned_note
-from benchmark.leaderboard.report_figures import (
-    metric_bars,
-    similarity_scatter,
-    training_curves_figure,
-)
+from benchmark.leaderboard.plots import group_figures, png
 from benchmark.leaderboard.report_tuning import optimisation_history, tuned_vs_default
 from benchmark.leaderboard.run_logs import experiments
 from benchmark.training.atomic import write_text
@@ -33,6 +29,15 @@ from benchmark.tuning.tuned import GroupStudies
 
 # Board columns that are not settings: identity and bookkeeping, shown elsewhere on the page.
 _NOT_SETTINGS = ("experiment", "group", "requires", "n_seeds", "seeds")
+# Each figure's alt text, by kind: what a reader who cannot see the image is missing.
+_ALT = {
+    "recall_at_k": "Recall@K against K, mean and 95 % CI over seeds, one line per loss",
+    "sp_sn_training": "mean s_p and s_n of each training step, one line per loss",
+    "sp_sn_scatter": "final (s_n, s_p) of each test query, one panel per loss, with Circle "
+    "loss's decision boundary in its panels",
+    "tuned": "the first test metric of each loss as configured and as tuned, 95 % CI",
+    "history": "each tuning trial's validation score and the best so far, per loss",
+}
 
 
 def write_report(
@@ -74,7 +79,6 @@ def report_html(
         "<p class='note'>Metrics in percent: mean ± half-width of the 95 % Student-t "
         "confidence interval over seeds (none for one seed). Click a column header to sort.</p>"
     )
-    figures: list[tuple[str, go.Figure]] = []
     run_groups = experiments(rows).str.split("/").str[0] if len(rows) else pd.Series([])
     for index, (group, entries) in enumerate(board.groupby("group", sort=False)):
         runs = rows[run_groups == group] if len(rows) else rows
@@ -84,30 +88,20 @@ def report_html(
         body.append(_table(entries))
         shown = compared(entries)  # the figures compare tuned losses only
         runs = runs[experiments(runs).isin(shown["experiment"])] if len(runs) else runs
-        group_figures = [
-            ("bars", metric_bars(shown, _metrics(shown)) if len(shown) else None),
-            ("curves", training_curves_figure(runs)),
-            ("scatter", similarity_scatter(runs)),
-        ]
+        figures = group_figures(shown, runs) if len(shown) else {}
         if studies and str(group) in studies:
             intro, head, table = tuning_rows(studies[str(group)])
             body.append(f"<h3>Tuning</h3><p>{_e(intro)}</p>{_plain_table(head, table)}")
             metrics = _metrics(entries)
-            group_figures += [
-                ("tuned", tuned_vs_default(entries, metrics[0]) if metrics else None),
-                ("history", optimisation_history(studies[str(group)])),
-            ]
-        for kind, figure in group_figures:
-            if figure is not None:
-                figures.append((f"fig-{index}-{kind}", figure))
-                body.append(f"<div class='plot' id='fig-{index}-{kind}'></div>")
+            tuning = {
+                "tuned": tuned_vs_default(entries, metrics[0]) if metrics else None,
+                "history": optimisation_history(studies[str(group)]),
+            }
+            figures |= {kind: figure for kind, figure in tuning.items() if figure is not None}
+        body += [_image(f"fig-{index}-{kind}", kind, figure) for kind, figure in figures.items()]
         body.append("</section>")
-    data = "".join(
-        f"<script type='application/json' data-for='{name}'>{_json(figure)}</script>"
-        for name, figure in figures
-    )
-    page = {"title": _e(title), "style": _STYLE, "plotly": get_plotlyjs(), "script": _SCRIPT}
-    return _PAGE.format(body="\n".join(body), data=data, **page)
+    page = {"title": _e(title), "style": _STYLE, "script": _SCRIPT}
+    return _PAGE.format(body="\n".join(body), **page)
 
 
 def _metrics(entries: pd.DataFrame) -> list[str]:
@@ -220,9 +214,10 @@ def _e(text: str) -> str:
     return html.escape(text, quote=True)
 
 
-def _json(figure: go.Figure) -> str:
-    """The figure as JSON that cannot end its `<script>` element early."""
-    return figure.to_json().replace("</", "<\\/")
+def _image(name: str, kind: str, figure: Figure) -> str:
+    data = base64.b64encode(png(figure)).decode("ascii")
+    image = f"<img alt='{_e(_ALT[kind])}' src='data:image/png;base64,{data}'>"
+    return f"<figure class='plot' id='{name}'>{image}</figure>"
 
 
 _PAGE = """<!DOCTYPE html>
@@ -232,11 +227,9 @@ _PAGE = """<!DOCTYPE html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title}</title>
 <style>{style}</style>
-<script>{plotly}</script>
 </head>
 <body>
 {body}
-{data}
 <script>{script}</script>
 </body>
 </html>
@@ -259,11 +252,11 @@ table.board th { cursor: pointer; user-select: none; background: #f4f4f4; }
 table.board th[aria-sort=ascending]::after { content: " ▲"; }
 table.board th[aria-sort=descending]::after { content: " ▼"; }
 table.board tbody tr:hover { background: #f7fbff; }
-.plot { width: 100%; min-height: 380px; }
+figure.plot { margin: 1em 0; }
+figure.plot img { max-width: 100%; height: auto; }
 """
 
-# Sorting: numbers by value (first click: largest first), text alphabetically; plots: drawn
-# from the inlined JSON.
+# Sorting: numbers by value (first click: largest first), text alphabetically.
 _SCRIPT = """
 function sortTable(table, column, th) {
   const body = table.tBodies[0];
@@ -289,10 +282,5 @@ document.querySelectorAll("table.board").forEach((table) => {
       if (event.key === "Enter" || event.key === " ") sortTable(table, column, th);
     });
   });
-});
-document.querySelectorAll("script[data-for]").forEach((data) => {
-  const figure = JSON.parse(data.textContent);
-  Plotly.newPlot(data.dataset.for, figure.data, figure.layout,
-                 {responsive: true, displaylogo: false});
 });
 """

@@ -1,4 +1,4 @@
-"""The report's tuning figures of a group: its studies and what tuning changed on the test set.
+"""The report's tuning figures of a group (matplotlib): its studies and what tuning changed.
 
 `tuned_vs_default` draws, per loss, the first test metric of its default and its tuned rows
 side by side (mean, 95 % CI whiskers); `optimisation_history` draws each loss's study: every
@@ -9,79 +9,54 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
+from matplotlib.figure import Figure
 
 from benchmark.leaderboard.aggregate import TUNED
 from benchmark.tuning.tuned import GroupStudies
 
 _SETTINGS = {"default": "#9e9e9e", "tuned": "#1f77b4"}
+_WIDTH = 0.4  # of a bar; a loss's two bars fill 0.8 of its slot
 
 
-def tuned_vs_default(entries: pd.DataFrame, metric: str) -> go.Figure | None:
+def tuned_vs_default(entries: pd.DataFrame, metric: str) -> Figure | None:
     """Per loss with a tuned row: default and tuned bars of `metric` with 95 % CI whiskers."""
     names = entries["experiment"].str.rsplit("/", n=1).str[-1]
     tuned = names[names.str.endswith(TUNED)].str.removesuffix(TUNED).tolist()
     if not tuned:
         return None
-    figure = go.Figure()
-    for label, suffix in (("default", ""), ("tuned", TUNED)):
+    figure = Figure(figsize=(max(6.0, 0.8 * len(tuned) + 2), 4))
+    ax = figure.subplots()
+    slots = np.arange(len(tuned))
+    for offset, label, suffix in ((-0.5, "default", ""), (0.5, "tuned", TUNED)):
         rows = [entries[names == f"{stem}{suffix}"] for stem in tuned]
         means = [float(r[f"{metric}_mean"].iloc[0]) if len(r) else math.nan for r in rows]
         cis = [float(r[f"{metric}_ci95"].iloc[0]) if len(r) else math.nan for r in rows]
-        figure.add_bar(
-            x=tuned,
-            y=[None if math.isnan(m) else round(m, 4) for m in means],
-            error_y={"type": "data", "array": [None if math.isnan(c) else c for c in cis]},
-            name=label,
-            marker_color=_SETTINGS[label],
-            hovertemplate="%{x}: %{y:.2f} ± %{error_y.array:.2f}<extra>" + label + "</extra>",
-        )
-    figure.update_layout(
-        title=f"Test {metric}: each loss as configured and as tuned (mean, 95 % CI)",
-        yaxis_title=metric,
-        barmode="group",
-        height=380,
-        margin={"t": 60, "b": 60},
-        template="plotly_white",
-    )
+        errors = [0.0 if math.isnan(c) else c for c in cis]
+        ax.bar(slots + offset * _WIDTH, means, _WIDTH, yerr=errors, capsize=3, label=label,
+               color=_SETTINGS[label])  # fmt: skip
+    ax.set_xticks(slots, tuned, rotation=30, ha="right")
+    ax.set(ylabel=metric, title=f"Test {metric}: each loss as configured and as tuned")
+    ax.legend(fontsize="small", title="mean, 95 % CI", title_fontsize="small")
+    figure.tight_layout()
     return figure
 
 
-def optimisation_history(studies: GroupStudies) -> go.Figure | None:
+def optimisation_history(studies: GroupStudies) -> Figure | None:
     """Per loss: each finished trial's validation score (dots) and the best so far (line)."""
     if not studies.trials:
         return None
-    figure = go.Figure()
+    figure = Figure(figsize=(9, 4.5))
+    ax = figure.subplots()
     metric = "val " + next(iter(studies.summaries.values()))["budget"]["metric"]
     for stem, trials in studies.trials.items():
         done = trials[trials["state"] == "COMPLETE"].sort_values("number")
         values = done["value"].astype(float)
-        figure.add_scatter(
-            x=done["number"].tolist(),
-            y=values.round(4).tolist(),
-            mode="markers",
-            name=stem,
-            legendgroup=stem,
-            marker={"size": 5, "opacity": 0.45},
-            hovertemplate=f"{stem} trial %{{x}}: %{{y:.2f}}<extra></extra>",
-        )
-        figure.add_scatter(
-            x=done["number"].tolist(),
-            y=values.cummax().round(4).tolist(),
-            mode="lines",
-            name=f"{stem} best",
-            legendgroup=stem,
-            showlegend=False,
-            line={"shape": "hv"},
-            hovertemplate=f"{stem} best after trial %{{x}}: %{{y:.2f}}<extra></extra>",
-        )
-    figure.update_layout(
-        title=f"Optimisation history: {metric} of each trial (dots) and the best so far (line)",
-        xaxis_title="trial",
-        yaxis_title=metric,
-        height=420,
-        margin={"t": 60, "b": 50},
-        template="plotly_white",
-    )
+        (best,) = ax.step(done["number"], values.cummax(), where="post", label=stem)
+        ax.scatter(done["number"], values, s=10, alpha=0.45, color=best.get_color())
+    ax.set(xlabel="trial", ylabel=metric)
+    ax.set_title(f"Optimisation history: {metric} of each trial (dots), best so far (line)")
+    ax.legend(fontsize="small", ncols=2)
+    figure.tight_layout()
     return figure

@@ -3,8 +3,9 @@
 Read from the run folders that the results rows name (`run_dir`): the CSVLogger's `metrics.csv`
 (`train/sp_mean`, `train/sn_mean` per step) and `similarities.npz` (`sp`: lowest positive, `sn`:
 highest negative similarity of each test query), like Fig. 4 and Fig. 5 of the Circle loss
-paper. Runs whose folder is absent (made on another machine) are left out. The PNG plots
-(`plots.py`), the HTML report (`report.py`) and the W&B dashboard (`dashboard.py`) read them here.
+paper. Runs whose folder is absent (made on another machine) are left out. The figures
+(`plots.py`: the PNG files and the HTML report's images) and the W&B dashboard (`dashboard.py`)
+read them here.
 """
 
 from __future__ import annotations

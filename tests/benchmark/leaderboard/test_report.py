@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import re
 import shutil
 from pathlib import Path
 
 import pytest
-from plotly.offline import get_plotlyjs
 
+from benchmark.leaderboard.plots import KINDS, write_plots
 from benchmark.leaderboard.report import write_report
 from tests.benchmark.leaderboard.hand_made import EXPERIMENTS, hand_made_suite
 
@@ -18,6 +19,8 @@ CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]  # fmt: skip
+# A figure of the page: group index, kind, PNG bytes (base64).
+IMAGE = re.compile(r"id='fig-(\d)-(\w+)'><img alt='[^']+' src='data:image/png;base64,([^']+)'")
 
 
 @pytest.fixture
@@ -30,27 +33,35 @@ def report(tmp_path: Path) -> Path:
 
 def test_the_page_is_self_contained_with_a_table_and_figures_per_group(report: Path) -> None:
     page = report.read_text()
-    assert get_plotlyjs() in page  # the library is inlined, so ours is the rest
-    ours = page.replace(get_plotlyjs(), "")
-    assert not re.search(r"""(src|href)=["']?(https?:)?//""", ours)  # nothing to fetch
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)  # nothing to fetch
     assert page.count("<table class='board'>") == 2
     assert page.count("<tbody><tr>") == 2
     syn, reid = page.split("<h2>")[1:]
     assert syn.count("<tr>") == 1 + 3 and reid.count("<tr>") == 1 + 2  # header + experiments
     assert "62.00 ± 12.71" in syn  # circle: R@1 61 and 63 over 2 seeds, t(0.975, 1) = 12.706
-    for kind in ("bars", "curves", "scatter"):
+    for kind in KINDS:
         assert f"id='fig-0-{kind}'" in page and f"id='fig-1-{kind}'" in page
     assert "numerics fingerprint <code>abc123</code>" in page
     assert "backbone <code>efficientnet_lite0</code>" in page and "seeds <code>0 1</code>" in page
-    assert "Circle boundary" in page and "s_p = s_n" in page
 
 
-def test_runs_without_folders_still_give_tables_and_bars(tmp_path: Path) -> None:
+def test_the_page_shows_the_plots_files_byte_for_byte(report: Path, tmp_path: Path) -> None:
+    (tmp_path / "again").mkdir()
+    board, rows = hand_made_suite(tmp_path / "again")  # the same runs, in another folder
+    files = write_plots(board, rows, tmp_path / "plots")
+    groups = {"0": "syn", "1": "reid"}
+    images = IMAGE.findall(report.read_text())
+    shown = {f"{kind}_{groups[index]}.png": base64.b64decode(data) for index, kind, data in images}
+    assert shown == {path.name: path.read_bytes() for path in files}
+
+
+def test_runs_without_folders_still_give_tables_and_recall(tmp_path: Path) -> None:
     board, rows = hand_made_suite(tmp_path)
     path = write_report(board, rows.assign(run_dir=""), tmp_path / "r.html", title="t")
     page = path.read_text()
     assert page.count("<table class='board'>") == 2
-    assert "fig-0-bars" in page and "fig-0-curves" not in page and "fig-0-scatter" not in page
+    assert "fig-0-recall_at_k" in page
+    assert "fig-0-sp_sn_training" not in page and "fig-0-sp_sn_scatter" not in page
     assert "numerics fingerprint <code>not recorded</code>" in page
 
 
@@ -66,8 +77,9 @@ def test_the_page_in_a_headless_browser(report: Path, tmp_path: Path) -> None:
             page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda error: problems.append(str(error)))
             page.on("request", lambda request: fetched.append(request.url))
-            page.goto(report.as_uri())
-            page.wait_for_selector("#fig-1-scatter .main-svg")  # the last figure is drawn
+            page.goto(report.as_uri())  # returns once the page and its images have loaded
+            widths = page.eval_on_selector_all("figure img", "all => all.map(i => i.naturalWidth)")
+            assert len(widths) == 2 * len(KINDS) and min(widths) > 0  # every PNG decoded
             tables = page.locator("table.board")
             groups = {e.split("/")[0] for e in EXPERIMENTS}
             assert tables.count() == len(groups)

@@ -11,12 +11,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import wandb_workspaces.reports.v2 as wr
+from matplotlib.container import BarContainer
 
 from benchmark.leaderboard import command as leaderboard
 from benchmark.leaderboard.aggregate import aggregate_rows, paired_difference
 from benchmark.leaderboard.dashboard import build_view
 from benchmark.leaderboard.markdown import leaderboard_markdown, terminal_summary
 from benchmark.leaderboard.report import report_html
+from benchmark.leaderboard.report_tuning import optimisation_history, tuned_vs_default
 from benchmark.leaderboard.suite import load_suite
 from benchmark.tuning.experiment import Budget
 from benchmark.tuning.tuned import GroupStudies, group_files, recipe
@@ -101,6 +103,19 @@ def test_the_report_has_a_tuning_section_per_group_that_tunes() -> None:
     assert "<h3>Tuning</h3>" in page and f"{budget}; every loss the same" in page
     assert "id='fig-0-tuned'" in page and "id='fig-0-history'" in page
     assert ">tuned<" in page and budget not in page.split("<h3>Tuning</h3>")[0]
+
+
+def test_the_tuning_figures_draw_the_board_and_the_finished_trials() -> None:
+    (ax,) = tuned_vs_default(aggregate_rows(_rows()), "R@1").axes
+    bars = {c.get_label(): [p.get_height() for p in c] for c in ax.containers
+            if isinstance(c, BarContainer)}  # fmt: skip
+    assert [tick.get_text() for tick in ax.get_xticklabels()] == ["circle", "triplet"]
+    assert bars["default"] == pytest.approx([51.0, 136 / 3])  # mean R@1 over the 3 seeds
+    assert bars["tuned"] == pytest.approx([160 / 3, 54.0])
+    (ax,) = optimisation_history(_studies()).axes
+    (best,) = ax.get_lines()  # trial 1 failed: the dots and the best so far skip it
+    assert best.get_xydata().tolist() == [[0, 4.5], [2, 5.12]]
+    assert ax.collections[0].get_offsets().tolist() == [[0, 4.5], [2, 5.12]]
 
 
 @pytest.fixture
