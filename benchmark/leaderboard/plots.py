@@ -16,8 +16,10 @@ import io
 import math
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pandas as pd
+from matplotlib import cycler
 from matplotlib.figure import Figure
 
 from benchmark.evaluation.metrics import metric_columns
@@ -26,6 +28,9 @@ from benchmark.leaderboard.run_logs import experiments, final_similarities, trai
 
 KINDS = ("recall_at_k", "sp_sn_training", "sp_sn_scatter")  # the file name's `<kind>_<group>`
 DPI = 100
+# One style per experiment: tab10's ten colours solid, then dashed, then dotted (a group compares
+# up to 16 experiments, and colours alone would repeat after ten).
+LINES = cycler(linestyle=["-", "--", ":"]) * cycler(color=matplotlib.colormaps["tab10"].colors)
 
 
 def write_plots(board: pd.DataFrame, rows: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -75,8 +80,9 @@ def recall_plot(entries: pd.DataFrame) -> Figure:
     recalls = [m for m in metric_columns([c[:-5] for c in entries if c.endswith("_mean")])]
     recalls = [m for m in recalls if m.startswith("R@") and entries[f"{m}_mean"].notna().any()]
     ks = [int(m[2:]) for m in recalls]
-    fig = Figure(figsize=(6, 4))
+    fig = Figure(figsize=(7.5, 4))
     ax = fig.subplots()
+    ax.set_prop_cycle(LINES)
     for _, row in entries.iterrows():
         means = [float(row[f"{m}_mean"]) for m in recalls]
         cis = [float(row[f"{m}_ci95"]) for m in recalls]
@@ -85,7 +91,8 @@ def recall_plot(entries: pd.DataFrame) -> Figure:
     ax.set_xscale("log", base=2 if max(ks, default=1) <= 64 else 10)
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set(xlabel="K", ylabel="Recall@K (%)", title=f"Recall@K, {entries['group'].iloc[0]}")
-    ax.legend(fontsize="small")
+    # beside the axes: sixteen entries inside would hide the lines; long handles show the dashes
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1), handlelength=3)
     fig.tight_layout()
     return fig
 
@@ -97,6 +104,8 @@ def training_curves_plot(runs: pd.DataFrame) -> Figure | None:
         return None
     fig = Figure(figsize=(10, 4))
     ax_p, ax_n = fig.subplots(1, 2, sharex=True)
+    ax_p.set_prop_cycle(LINES)
+    ax_n.set_prop_cycle(LINES)
     for name, curve in curves.items():
         ax_p.plot(curve.index, curve["train/sp_mean"], label=_label(name))
         ax_n.plot(curve.index, curve["train/sn_mean"], label=_label(name))

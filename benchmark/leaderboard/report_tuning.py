@@ -14,6 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from benchmark.leaderboard.aggregate import TUNED
+from benchmark.leaderboard.plots import LINES
 from benchmark.tuning.tuned import GroupStudies
 
 _SETTINGS = {"default": "#9e9e9e", "tuned": "#1f77b4"}
@@ -49,6 +50,7 @@ def optimisation_history(studies: GroupStudies) -> Figure | None:
         return None
     figure = Figure(figsize=(9, 4.5))
     ax = figure.subplots()
+    ax.set_prop_cycle(LINES)
     metric = "val " + next(iter(studies.summaries.values()))["budget"]["metric"]
     for stem, trials in studies.trials.items():
         done = trials[trials["state"] == "COMPLETE"].sort_values("number")

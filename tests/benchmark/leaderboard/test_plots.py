@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from benchmark.leaderboard.plots import recall_plot, similarity_scatter_plot, training_curves_plot
 from tests.benchmark.leaderboard.hand_made import hand_made_suite
@@ -47,3 +48,11 @@ def test_the_scatter_draws_circle_loss_s_boundary_and_the_diagonal_elsewhere(
         else:  # Circle loss, m = 0.4: s_n² + (s_p − 1)² = 2m²
             np.testing.assert_allclose(s_n**2 + (s_p - 1) ** 2, 2 * 0.4**2)
         assert len(ax.collections[0].get_offsets()) == 80  # every test query, seed 0
+
+
+def test_each_of_sixteen_experiments_gets_its_own_line_style() -> None:
+    names = [f"g/loss{i}" for i in range(16)]  # a ci board group: 15 tuned losses and the floor
+    means = {"R@1_mean": 50.0, "R@1_ci95": 1.0, "R@2_mean": 60.0, "R@2_ci95": 1.0}
+    (ax,) = recall_plot(pd.DataFrame({"group": "g", "experiment": names, **means})).axes
+    styles = {(str(c.lines[0].get_color()), c.lines[0].get_linestyle()) for c in ax.containers}
+    assert len(styles) == len(names)
