@@ -98,7 +98,7 @@ def recall_plot(entries: pd.DataFrame) -> Figure:
 
 
 def training_curves_plot(runs: pd.DataFrame) -> Figure | None:
-    """Mean s_p and s_n per training step (averaged over seeds), one colour per experiment."""
+    """Mean s_p and s_n per training step (averaged over seeds), one line per experiment."""
     curves = training_curves(runs)
     if not curves:
         return None
