@@ -16,10 +16,9 @@ import io
 import math
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 import pandas as pd
-from matplotlib import cycler
+from matplotlib.colors import TABLEAU_COLORS
 from matplotlib.figure import Figure
 
 from benchmark.evaluation.metrics import metric_columns
@@ -28,9 +27,12 @@ from benchmark.leaderboard.run_logs import experiments, final_similarities, trai
 
 KINDS = ("recall_at_k", "sp_sn_training", "sp_sn_scatter")  # the file name's `<kind>_<group>`
 DPI = 100
-# One style per experiment: tab10's ten colours solid, then dashed, then dotted (a group compares
-# up to 16 experiments, and colours alone would repeat after ten).
-LINES = cycler(linestyle=["-", "--", ":"]) * cycler(color=matplotlib.colormaps["tab10"].colors)
+# One style per experiment (`Axes.set_prop_cycle(**LINES)`): the ten Tableau colours solid, then
+# dashed, then dotted; a group compares up to 16 experiments, and colours alone repeat after ten.
+LINES = {
+    "color": list(TABLEAU_COLORS) * 3,
+    "linestyle": [style for style in ("-", "--", ":") for _ in TABLEAU_COLORS],
+}
 
 
 def write_plots(board: pd.DataFrame, rows: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -82,7 +84,7 @@ def recall_plot(entries: pd.DataFrame) -> Figure:
     ks = [int(m[2:]) for m in recalls]
     fig = Figure(figsize=(7.5, 4))
     ax = fig.subplots()
-    ax.set_prop_cycle(LINES)
+    ax.set_prop_cycle(**LINES)
     for _, row in entries.iterrows():
         means = [float(row[f"{m}_mean"]) for m in recalls]
         cis = [float(row[f"{m}_ci95"]) for m in recalls]
@@ -104,8 +106,8 @@ def training_curves_plot(runs: pd.DataFrame) -> Figure | None:
         return None
     fig = Figure(figsize=(10, 4))
     ax_p, ax_n = fig.subplots(1, 2, sharex=True)
-    ax_p.set_prop_cycle(LINES)
-    ax_n.set_prop_cycle(LINES)
+    ax_p.set_prop_cycle(**LINES)
+    ax_n.set_prop_cycle(**LINES)
     for name, curve in curves.items():
         ax_p.plot(curve.index, curve["train/sp_mean"], label=_label(name))
         ax_n.plot(curve.index, curve["train/sn_mean"], label=_label(name))

@@ -50,7 +50,7 @@ def optimisation_history(studies: GroupStudies) -> Figure | None:
         return None
     figure = Figure(figsize=(9, 4.5))
     ax = figure.subplots()
-    ax.set_prop_cycle(LINES)
+    ax.set_prop_cycle(**LINES)
     metric = "val " + next(iter(studies.summaries.values()))["budget"]["metric"]
     for stem, trials in studies.trials.items():
         done = trials[trials["state"] == "COMPLETE"].sort_values("number")
