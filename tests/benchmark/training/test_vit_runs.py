@@ -1,4 +1,5 @@
-"""A tiny random ViT through `circlebench fit`, the frozen track and `tune`, on synthetic data.
+"""A tiny random ViT through `circlebench fit`, the frozen track, a suite and `tune`, on synthetic
+data.
 
 The ViT-S/14 configs run with timm's `test_vit` (patch 16, 64-d tokens, 6 blocks) at 32 px in its
 place: the same code path (token backbone, CLS pooling, no BatchNorm) in about a second.
@@ -17,6 +18,8 @@ import torch
 from safetensors.torch import save_file
 
 from benchmark.cli import main
+from benchmark.leaderboard.aggregate import read_leaderboard
+from benchmark.leaderboard.command import main as leaderboard
 from benchmark.tuning.command import main as tune
 from tests.benchmark.tuning.test_command import tiny_frozen
 
@@ -117,3 +120,53 @@ def test_tune_runs_trials_on_cached_vit_features(
     )
     summary = json.loads((tmp_path / "circle.json").read_text())
     assert summary["trials"]["complete"] == 2 and summary["budget"]["folds"] == 2
+
+
+@pytest.mark.timeout(900)
+def test_a_suite_runs_tiny_vit_cells_and_their_floors(
+    tmp_path: Path, vit_weights: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ViT-S/14 configs as a suite's groups, end to end and frozen, each with its floor."""
+    for src, dst in [(VIT / "circle.yaml", "vit"), (VIT / "frozen" / "circle.yaml", "vit_frozen")]:
+        (tmp_path / "experiments" / dst).mkdir(parents=True)
+        (tmp_path / "experiments" / dst / "circle.yaml").write_text(src.read_text())
+    end_to_end = [
+        "--model.embedder.init_args.backbone=test_vit",
+        f"--model.embedder.init_args.pretrained={vit_weights}",
+        "--data.init_args.image_size=32",
+        "--data.init_args.images_per_class=4",
+        "--trainer.limit_train_batches=2",
+    ]
+    frozen = [*frozen_args(vit_weights, tmp_path / "cache"), "--trainer.limit_train_batches=2"]
+    suites = tmp_path / "experiments" / "suites"
+    suites.mkdir()
+    (suites / "vit.yaml").write_text(
+        json.dumps(
+            {
+                "seeds": [0],
+                "overrides": [*QUIET, "--trainer.max_epochs=1"],
+                "groups": {
+                    "e2e": {
+                        "configs": "experiments/vit/*.yaml",
+                        "floor": "experiments/vit/circle.yaml",
+                        "overrides": end_to_end,
+                    },
+                    "frozen": {
+                        "configs": "experiments/vit_frozen/*.yaml",
+                        "floor": "experiments/vit_frozen/circle.yaml",
+                        "overrides": frozen,
+                    },
+                },
+            }
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    leaderboard(["--suite", "vit", "--no-wandb", "--jobs", "1", "--isolation", "in-process"])
+    board = read_leaderboard(tmp_path / "results/suites/vit/leaderboard.csv")
+    assert sorted(board["experiment"]) == [
+        "e2e/circle",
+        "e2e/floor",
+        "frozen/circle",
+        "frozen/floor",
+    ]
+    assert board["R@1_mean"].between(0, 100).all()
