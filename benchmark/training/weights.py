@@ -69,8 +69,8 @@ def pretrained_backbone(
         convention, classifier = _timm_convention(model), _pretrained_cfg(model).get("classifier")
     if tf_lite0 and state is not None:
         state, convention = lite0.timm_lite0_state_dict(state, model), TF_LITE_INPUT
-    if state is not None:
-        _load_headless(model, state, name, source, classifier)
+    if state is not None:  # fitted and checked first: a mismatch is an error, not a warning
+        model.load_state_dict(headless_state(model, state, name, source, classifier), strict=True)
     return model, convention, source
 
 
@@ -150,14 +150,3 @@ def _read_safetensors(path: Path) -> dict[str, Tensor]:
         return load_file(path, device="cpu")
     except SafetensorError as err:
         raise ValueError(f"{path} is not a safetensors file: {err}") from err
-
-
-def _load_headless(
-    model: nn.Module,
-    state: dict[str, Tensor],
-    name: str,
-    source: str,
-    classifier: str | tuple[str, ...] | None,
-) -> None:
-    """Load `state` with strict=True once `headless_state` has fitted and checked it."""
-    model.load_state_dict(headless_state(model, state, name, source, classifier), strict=True)
