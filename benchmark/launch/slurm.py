@@ -1,5 +1,5 @@
-"""Slurm through submitit: what each array task asks for, the job script, submitting an array of
-tasks, and the jobs' states from Slurm's accounting (`sacct`).
+"""Slurm through submitit: what each array task asks for, submitting an array of tasks, and
+the jobs' states from Slurm's accounting (`sacct`).
 
 Generic over what a task runs (`slurm_tasks`): a leaderboard cell, or any picklable callable
 such as a tuning worker (`CallTask`s to `submit_array`, then `wait_for_jobs`). One array task is
@@ -22,7 +22,7 @@ from typing import Any
 
 import submitit
 from submitit.core.utils import FailedJobError
-from submitit.slurm.slurm import SlurmInfoWatcher, _make_sbatch_string
+from submitit.slurm.slurm import SlurmInfoWatcher
 
 from benchmark.launch.processes import thread_environment
 from benchmark.launch.slurm_tasks import SlurmTask
@@ -126,13 +126,6 @@ class SlurmOptions:
         if self.max_parallel is not None:
             parameters["array_parallelism"] = self.max_parallel
         return parameters
-
-
-def job_script(options: SlurmOptions, folder: Path, count: int, threads: int | None) -> str:
-    """The sbatch script of an array of `count` tasks, as `submit_array` hands it to Slurm."""
-    parameters = options.parameters(Path("."), threads)
-    command = "python -u -m submitit.core._submit " + shlex.quote(str(folder / "%j"))
-    return _make_sbatch_string(command=command, folder=folder / "%j", map_count=count, **parameters)
 
 
 def submit_array(

@@ -4,6 +4,7 @@ options and their errors, sacct's states, failures reported and rerun, what a ta
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 import yaml
 
 from benchmark.launch import slurm
-from benchmark.launch.slurm import JobState, SlurmOptions, job_script, job_states
+from benchmark.launch.slurm import JobState, SlurmOptions, job_states, submit_array
 from benchmark.launch.slurm_tasks import CallTask
 from benchmark.leaderboard import command as leaderboard
 from benchmark.leaderboard import slurm_cells
@@ -36,7 +37,7 @@ def test_the_job_script_asks_slurm_for_what_the_trainer_will_use(
     extra: dict[str, str | bool] = {"account": "proj", "exclusive": True}
     options = SlurmOptions(partition="gpu", gpus=4, nodes=2, cpus=10, time_min=600,
                            max_parallel=3, extra=extra)  # fmt: skip
-    script = job_script(options, tmp_path / "slurm", count=10, threads=None).splitlines()
+    script = submitted_script(tmp_path / "plain", monkeypatch, options, count=10, threads=None)
     for line in ["--array=0-9%3", "--nodes=2", "--ntasks-per-node=4", "--gpus-per-node=4",
                  "--cpus-per-task=10", "--time=600", "--partition=gpu", "--account=proj",
                  "--exclusive", "--requeue", "--signal=USR2@90"]:  # fmt: skip
@@ -44,7 +45,7 @@ def test_the_job_script_asks_slurm_for_what_the_trainer_will_use(
     assert any(line.startswith("srun ") for line in script)  # one process per Slurm task
     assert f"export PYTHONPATH={REPO}${{PYTHONPATH:+:$PYTHONPATH}}" in script
     assert not any("NUM_THREADS" in line for line in script)  # torch's default threads
-    threaded = job_script(options, tmp_path / "slurm", count=10, threads=2).splitlines()
+    threaded = submitted_script(tmp_path / "threaded", monkeypatch, options, count=10, threads=2)
     assert "export OMP_NUM_THREADS=2 MKL_NUM_THREADS=2" in threaded
     monkeypatch.setattr("sys.argv", ["circlebench"])  # pytest's own would read as stray arguments
     config = REPO / "experiments/synthetic/fine_grained/circle_class.yaml"
@@ -60,6 +61,31 @@ def test_the_job_script_asks_slurm_for_what_the_trainer_will_use(
     parsed = CircleBenchCLI(args=args[1 : -len(options.trainer_args())], run=False,
                             parse_only=True).config  # fmt: skip
     assert (parsed.trainer.accelerator, parsed.trainer.devices) == ("cpu", 1)  # one task's
+
+
+def submitted_script(
+    root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    options: SlurmOptions,
+    count: int,
+    threads: int | None,
+) -> list[str]:
+    """The lines of the script that `submit_array` hands to `sbatch`, caught by a fake `sbatch`
+    (and `srun`, which submitit looks for) first on PATH."""
+    bin_dir, kept = root / "bin", root / "submitted.sh"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "sbatch").write_text(
+        f'#!/bin/sh\ncp "$1" {shlex.quote(str(kept))}\necho "Submitted batch job 4242"\n'
+    )
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
+    for tool in ("sbatch", "srun"):
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    tasks = [CallTask(int, root / f"task{i}.log", threads) for i in range(count)]
+    assert submit_array(tasks, root / "slurm", options, threads) == [
+        f"4242_{i}" for i in range(count)
+    ]
+    return kept.read_text().splitlines()
 
 
 def load_suite_cell(root: Path, config: Path):
