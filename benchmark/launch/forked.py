@@ -85,10 +85,12 @@ def _forked_child(work: Work, log: str, threads: int | None) -> None:
     # The server exits when its client (the process that runs the forks) dies, and the child
     # with it (PR_SET_PDEATHSIG), but only once no process holds the write end of the server's
     # "client alive" pipe, which multiprocessing hands to every child it forks: let go of it.
+    # The stdlib's one private name here: read without a default, so that an upstream rename
+    # fails every child loudly (tests/benchmark/launch/test_forked.py) instead of leaving the
+    # pipe open and the children alive after their client.
     server = cast(Any, multiprocessing.forkserver._forkserver)
-    if getattr(server, "_forkserver_alive_fd", None) is not None:
-        os.close(server._forkserver_alive_fd)
-        server._forkserver_alive_fd = None
+    os.close(server._forkserver_alive_fd)
+    server._forkserver_alive_fd = None
     die_with_parent()
     use_threads(threads)  # the server's libraries are loaded: set the pools' sizes directly
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)

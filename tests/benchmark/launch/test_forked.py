@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing.forkserver
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,3 +49,15 @@ def test_a_failure_the_server_reported_stays_one_even_with_a_result(tmp_path: Pa
     (tmp_path / "result").write_text("done")
     work = LosesItsStatus(tmp_path / "result", writes=True)
     assert forked.exit_status(1, work, tmp_path / "run.log") == 1
+
+
+def _alive_pipe_held(out: Path) -> None:
+    out.write_text(repr(multiprocessing.forkserver._forkserver._forkserver_alive_fd))  # type: ignore[attr-defined]
+
+
+def test_a_child_lets_go_of_the_servers_client_alive_pipe(tmp_path: Path) -> None:
+    """The one private name of the stdlib that the launcher touches: if multiprocessing renames
+    it, the child fails here (exit status 1) instead of silently keeping the pipe open."""
+    out = tmp_path / "alive_fd"
+    assert forked.run_forked(forked.Call(_alive_pipe_held, (out,)), tmp_path / "run.log", 1) == 0
+    assert out.read_text() == "None"
