@@ -1,8 +1,7 @@
-"""What each real dataset is (source, licence, layout, official counts) and how to say it's missing.
+"""What each real dataset is (source, licence, layout, official counts) and how to read its files.
 
-The five dataset modules parse their own metadata; they share this record so that an error
-raised while parsing, `circlebench data info` and `circlebench data verify` all tell the same
-story about where a dataset comes from and what its folder must hold.
+The five dataset modules share this record and these readers, so that an error raised while
+parsing, `circlebench data info` and `circlebench data verify` tell the same story.
 """
 
 from __future__ import annotations
@@ -87,7 +86,8 @@ def read_rows(
                 f"({' '.join(row)!r}); the file is damaged, extract it again from the archive"
             )
         for column, name in (numbers or {}).items():
-            if not _is_whole_number(row[column]):
+            digits = row[column].removeprefix("-")  # what int() reads, but not `1_0` or `٣`
+            if not (digits.isascii() and digits.isdigit()):
                 raise ValueError(
                     f"{info.title}: {path} line {number} column {column + 1} ({name}) holds "
                     f"{row[column]!r}, not a whole number; the file is damaged, extract it "
@@ -97,18 +97,33 @@ def read_rows(
     return rows
 
 
-def _is_whole_number(text: str) -> bool:
-    """True for what `int()` reads as a plain decimal: `7`, `007`, `-1`; not `1x`, `1.0`, `1_0`."""
-    return text.removeprefix("-").isascii() and text.removeprefix("-").isdigit()
+def split_by_class(
+    info: DatasetInfo, root: Path, images: list[tuple[Path, int]], train_classes: int, *, test: bool
+) -> Splits:
+    """Images of classes 1..`train_classes` train, the rest query (= gallery), in their order.
+
+    `images` are `(path, class id)`; `test` False leaves the query empty (tuning reads no test
+    image). The official number of training classes is `info.counts["train"][1]`.
+    """
+    largest = max((label for _, label in images), default=0)
+    if not 1 <= train_classes < largest:
+        raise ValueError(
+            f"{info.title}: train_classes={train_classes} leaves no training or no test class; "
+            f"{root} has classes 1..{largest}, so choose 1 <= train_classes < {largest} "
+            f"({info.counts['train'][1]} is the official split)"
+        )
+    train = [(path, c) for path, c in images if c <= train_classes]
+    held = [(path, c) for path, c in images if test and c > train_classes]
+    train_split, query = (
+        Split([str(path) for path, _ in part], [c for _, c in part], [-1] * len(part))
+        for part in (train, held)
+    )
+    return Splits(train_split, query, None)
 
 
 def check_images_present(info: DatasetInfo, root: Path, splits: Split | Splits) -> None:
-    """Raise unless the first image of every split exists: catches metadata without images.
-
-    `splits` is what the run reads (`RetrievalDataModule.on_disk()`): every split, or the training
-    split alone while tuning, whose test images may be absent. A full scan of every file is
-    `circlebench data verify`'s job; this costs a few stats.
-    """
+    """Raise unless the first image of each split that the run reads (`on_disk()`) exists: catches
+    metadata without images in a few stats (`circlebench data verify` checks every file)."""
     named = (
         [("train", splits)]
         if isinstance(splits, Split)

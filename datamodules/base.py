@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar, cast
+from typing import Any, ClassVar, cast
 
 import pytorch_lightning as pl
 from PIL import Image, UnidentifiedImageError
@@ -18,6 +18,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from core.protocols import RetrievalProtocol
+from datamodules._files import DatasetInfo, check_images_present
 from datamodules.splits import Split, Splits, carve_validation, fold_split, relabel
 from datamodules.transforms import fine_grained_transform, reid_transform
 from samplers import PKSampler, SamplerMode
@@ -63,14 +64,11 @@ class ImageFileDataset(Dataset):
 class RetrievalDataModule(pl.LightningDataModule):
     """Common behaviour; subclasses declare their protocol and parse their files.
 
-    Subclasses set `dataset_name`, `protocol` and `default_recall_ks`, and implement
-    `verify()` (cheap file checks with actionable errors, of `on_disk()`), `load_splits()` and
-    `load_train()` (the training split alone: while tuning the test split is never built);
-    `make_dataset()` defaults to image files with the protocol's transforms
-    (`fine_grained_transform` for `same_set`, `reid_transform` for `query_gallery`).
-
-    Training batches come from `PKSampler`, which shards itself across DDP ranks using the
-    attached Trainer's `world_size` and `global_rank`: the Trainer must run with
+    Subclasses set `dataset_name`, `protocol`, `default_recall_ks` and, for a real dataset,
+    `info`, and implement `load_splits()` and `load_train()` (the training split alone: while
+    tuning the test split is never built). `verify()` and `make_dataset()` default to image files
+    (the protocol's transforms). `PKSampler` shards the training batches across DDP ranks by the
+    Trainer's `world_size` and `global_rank`, so the Trainer runs with
     `use_distributed_sampler=False` (set in `experiments/base.yaml`).
 
     Args:
@@ -99,6 +97,7 @@ class RetrievalDataModule(pl.LightningDataModule):
     dataset_name: ClassVar[str]
     protocol: ClassVar[RetrievalProtocol]
     default_recall_ks: ClassVar[tuple[int, ...]]
+    info: ClassVar[DatasetInfo | None] = None  # a real dataset's source, layout, official counts
     # What the model trains on: images through a backbone it fine-tunes ("end-to-end"), or
     # cached features of a frozen one ("frozen", `datamodules.CachedFeatureDataModule`).
     track: ClassVar[str] = "end-to-end"
@@ -150,21 +149,24 @@ class RetrievalDataModule(pl.LightningDataModule):
             )
         return self.root
 
-    @abstractmethod
     def verify(self) -> None:
-        """Raise FileNotFoundError/ValueError naming the dataset, path, layout and source."""
+        """Raise FileNotFoundError/ValueError naming the dataset, path, layout and source: by
+        default, where `info` is set, for metadata or first images of `on_disk()` missing."""
+        if self.info is not None:
+            check_images_present(self.info, self.root_dir, self.on_disk())
+
+    @property
+    def official_counts(self) -> dict[str, tuple[int, int]]:
+        """Official `(images, classes)` per split under these arguments; {} where none apply."""
+        return self.info.counts if self.info is not None else {}
 
     @abstractmethod
     def load_splits(self) -> Splits:
         """Parse the metadata into the protocol's train / query / gallery splits."""
 
     def load_train(self) -> Split:
-        """The training split alone, with the dataset's own labels, as `load_splits().train`.
-
-        What tuning reads. Every dataset of circlebench overrides this so that no test split is
-        built (and no test file listed or checked) while tuning; this default, for a dataset
-        that does not, builds both and keeps the training part.
-        """
+        """`load_splits().train` (the dataset's own labels), which tuning reads; our datasets
+        override it so that no test file is listed or checked while tuning."""
         return self.load_splits().train
 
     def on_disk(self) -> Split | Splits:
@@ -174,9 +176,9 @@ class RetrievalDataModule(pl.LightningDataModule):
 
     def make_dataset(self, split: Split, *, train: bool) -> Dataset:
         """A dataset whose items are `(image [3, H, W] float in [0, 1], label, camera)`."""
-        if self.protocol == "query_gallery":
-            return ImageFileDataset(split, reid_transform(self.image_size, train=train))
-        return ImageFileDataset(split, fine_grained_transform(self.image_size, train=train))
+        reid = self.protocol == "query_gallery"
+        transform = reid_transform if reid else fine_grained_transform
+        return ImageFileDataset(split, transform(self.image_size, train=train))
 
     def prepare_data(self) -> None:
         self.verify()
@@ -241,19 +243,20 @@ class RetrievalDataModule(pl.LightningDataModule):
             rank=trainer.global_rank if trainer is not None else None,
             batches_per_epoch=self.batches_per_epoch,
         )
+        self.setup("fit")
+        return self._loader(self._datasets["train"], batch_sampler=sampler)
+
+    def _loader(self, dataset: Dataset, **kwargs: Any) -> DataLoader:
+        """A loader with `num_workers` workers, page-locked when the Trainer runs on CUDA (which
+        alone gains from it: not merely where CUDA is visible)."""
+        trainer = self.trainer
         return DataLoader(
-            self._dataset("train"),
-            batch_sampler=sampler,
+            dataset,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
-            pin_memory=self._pin_memory(),
+            pin_memory=trainer is not None and trainer.strategy.root_device.type == "cuda",
+            **kwargs,
         )
-
-    def _pin_memory(self) -> bool:
-        """Page-locked batches, which only speed up copies to a GPU: when the Trainer runs on
-        CUDA (not merely where CUDA is visible: a CPU run would pin for nothing)."""
-        trainer = self.trainer
-        return trainer is not None and trainer.strategy.root_device.type == "cuda"
 
     def val_dataloader(self) -> list[DataLoader]:
         """`[query]` (same_set) or `[query, gallery]` (query_gallery); [] without val_classes."""
@@ -270,24 +273,11 @@ class RetrievalDataModule(pl.LightningDataModule):
             )
         return self._eval_loaders("test")
 
-    def _dataset(self, name: str) -> Dataset:
-        self.setup("fit")
-        return self._datasets[name]
-
     def _eval_loaders(self, prefix: str) -> list[DataLoader]:
-        self.setup(
-            "validate" if prefix == "val" else "test"
-        )  # a stage: see CachedFeatureDataModule
+        self.setup("validate" if prefix == "val" else "test")  # CachedFeatureDataModule's stages
         names = [f"{prefix}_query", f"{prefix}_gallery"]
         return [
-            DataLoader(
-                self._datasets[name],
-                batch_size=self.eval_batch_size,
-                shuffle=False,
-                num_workers=self.num_workers,
-                persistent_workers=self.num_workers > 0,
-                pin_memory=self._pin_memory(),
-            )
+            self._loader(self._datasets[name], batch_size=self.eval_batch_size, shuffle=False)
             for name in names
             if name in self._datasets
         ]

@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from datamodules._files import DatasetInfo, check_images_present
-from datamodules._mat import mat_variable, number_field, struct_field
+import numpy as np
+
+from datamodules._files import DatasetInfo, split_by_class
 from datamodules.base import RetrievalDataModule, RetrievalProtocol, Split, Splits
 
 INFO = DatasetInfo(
@@ -33,12 +34,43 @@ INFO = DatasetInfo(
 TEST_LABELS = "cars_test_annos_withlabels.mat"
 
 
-def annos_annotations(root: Path) -> list[tuple[str, int]]:
-    """`(path relative to root, class 1..196)` for every image listed in `cars_annos.mat`."""
-    path = root / "cars_annos.mat"
-    records = mat_variable(path, "annotations", INFO.title)
-    names = struct_field(records, "relative_im_path", path, INFO.title)
-    return list(zip(names, number_field(records, "class", path, INFO.title), strict=True))
+def mat_annotations(path: Path, name_field: str) -> list[tuple[str, int]]:
+    """`(name_field, class)` of each entry of the MATLAB struct array `annotations` in `path`."""
+    from scipy.io import loadmat  # imported where used: only Cars196 needs scipy
+    from scipy.io.matlab import MatReadError
+
+    try:
+        variables = loadmat(path, squeeze_me=True)
+    except (MatReadError, ValueError, OSError) as error:
+        raise ValueError(
+            f"{INFO.title}: cannot read {path} as a MATLAB file ({error}); download it again"
+        ) from error
+    if "annotations" not in variables:
+        found = sorted(k for k in variables if not k.startswith("__"))
+        raise ValueError(
+            f"{INFO.title}: {path} holds no variable 'annotations' (it holds {found}); "
+            "is it the right annotation file?"
+        )
+    records = np.atleast_1d(variables["annotations"])
+    columns = []
+    for field in (name_field, "class"):
+        if records.dtype.names is None or field not in records.dtype.names:
+            raise ValueError(
+                f"{INFO.title}: the annotations in {path} have no field {field!r} "
+                f"(fields: {records.dtype.names}); is it the right annotation file?"
+            )
+        columns.append(
+            [v.item() if isinstance(v, np.ndarray | np.generic) else v for v in records[field]]
+        )
+    names, classes = columns
+    for entry, value in enumerate(classes, start=1):
+        whole = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (whole and float(value).is_integer()):
+            raise ValueError(
+                f"{INFO.title}: {path} entry {entry} of the annotations has class={value!r}, "
+                "not a whole number; the file is damaged, download it again"
+            )
+    return [(name, int(label)) for name, label in zip(names, classes, strict=True)]
 
 
 def devkit_annotations(root: Path, part: Literal["train", "test"]) -> list[tuple[str, int]]:
@@ -55,40 +87,21 @@ def devkit_annotations(root: Path, part: Literal["train", "test"]) -> list[tuple
     if not path.is_file():
         note = " (the devkit's cars_test_annos.mat has no labels)" if part == "test" else ""
         raise INFO.missing(root, f"{path.relative_to(root)}, the labelled {part} annotations{note}")
-    records = mat_variable(path, "annotations", INFO.title)
-    names = struct_field(records, "fname", path, INFO.title)
-    return [
-        (f"cars_{part}/{name}", label)
-        for name, label in zip(names, number_field(records, "class", path, INFO.title), strict=True)
-    ]
+    return [(f"cars_{part}/{name}", label) for name, label in mat_annotations(path, "fname")]
 
 
-def cars196_splits(root: str | Path, train_classes: int = 98) -> Splits:
-    """Classes 1..`train_classes` train, the rest query (= gallery), from either layout.
+def cars196_splits(root: str | Path, train_classes: int = 98, *, test: bool = True) -> Splits:
+    """Classes 1..`train_classes` train, the rest query (= gallery), from either layout; labels
+    are the official class ids (1..196). `test` False lists no test image (the query is empty).
 
-    Labels are the official class ids (1..196).
-    """
-    train, test = _cars196_parts(root, train_classes, test=True)
-    return Splits(train=train, query=test, gallery=None)
-
-
-def cars196_train(root: str | Path, train_classes: int = 98) -> Split:
-    """The training split of `cars196_splits` alone: no test image is listed or checked."""
-    return _cars196_parts(root, train_classes, test=False)[0]
-
-
-def _cars196_parts(root: str | Path, train_classes: int, *, test: bool) -> tuple[Split, Split]:
-    """(train, test) Splits of either layout; `test` False leaves the test Split empty.
-
-    The metric-learning split is by class, and both layouts list every class in the same
-    annotations (the devkit's train/test halves are the classification split: each holds
-    classes of both), so all annotations are read either way.
+    Both layouts list every class in the same annotations (the devkit's train/test halves are the
+    classification split: each holds classes of both), so all annotations are read either way.
     """
     root = Path(root).expanduser()
     if (root / "cars_annos.mat").is_file():
         if not (root / "car_ims").is_dir():
             raise INFO.missing(root, "car_ims/ beside cars_annos.mat")
-        annotations = annos_annotations(root)
+        annotations = mat_annotations(root / "cars_annos.mat", "relative_im_path")
     elif (root / "devkit").is_dir():
         for folder in ("cars_train", "cars_test"):
             if not (root / folder).is_dir():
@@ -96,20 +109,8 @@ def _cars196_parts(root: str | Path, train_classes: int, *, test: bool) -> tuple
         annotations = devkit_annotations(root, "train") + devkit_annotations(root, "test")
     else:
         raise INFO.missing(root, "cars_annos.mat and car_ims/, or devkit/, cars_train/, cars_test/")
-    largest = max((label for _, label in annotations), default=0)
-    if not 1 <= train_classes < largest:
-        raise ValueError(
-            f"{INFO.title}: train_classes={train_classes} leaves no training or no test class; "
-            f"{root} has classes 1..{largest}, so choose 1 <= train_classes < {largest} "
-            "(98 is the official split)"
-        )
-    train = [(root / name, label) for name, label in annotations if label <= train_classes]
-    held = [(root / name, label) for name, label in annotations if test and label > train_classes]
-    return _split(train), _split(held)
-
-
-def _split(rows: list[tuple[Path, int]]) -> Split:
-    return Split([str(p) for p, _ in rows], [c for _, c in rows], [-1] * len(rows))
+    images = [(root / name, label) for name, label in annotations]
+    return split_by_class(INFO, root, images, train_classes, test=test)
 
 
 class Cars196DataModule(RetrievalDataModule):
@@ -134,11 +135,8 @@ class Cars196DataModule(RetrievalDataModule):
         """Official `(images, classes)` per split; empty for a non-official class split."""
         return INFO.counts if self.train_classes == 98 else {}
 
-    def verify(self) -> None:
-        check_images_present(INFO, self.root_dir, self.on_disk())
-
     def load_splits(self) -> Splits:
         return cars196_splits(self.root_dir, self.train_classes)
 
     def load_train(self) -> Split:
-        return cars196_train(self.root_dir, self.train_classes)
+        return cars196_splits(self.root_dir, self.train_classes, test=False).train

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from datamodules._files import DatasetInfo, check_images_present, read_rows, resolve_root
+from datamodules._files import DatasetInfo, read_rows, resolve_root, split_by_class
 from datamodules.base import RetrievalDataModule, RetrievalProtocol, Split, Splits
 
 INFO = DatasetInfo(
@@ -27,22 +27,12 @@ INFO = DatasetInfo(
 )
 
 
-def cub200_splits(root: str | Path, train_classes: int = 100) -> Splits:
+def cub200_splits(root: str | Path, train_classes: int = 100, *, test: bool = True) -> Splits:
     """Classes 1..`train_classes` train, the rest query (= gallery); labels are the class ids.
 
-    `train_classes` scales the split to subsets (classes 1–6 with 3: 178 / 145 images).
+    `train_classes` scales the split to subsets (classes 1–6 with 3: 178 / 145 images); `test`
+    False lists no test image (the query is empty).
     """
-    train, test = _cub200_parts(root, train_classes, test=True)
-    return Splits(train=train, query=test, gallery=None)
-
-
-def cub200_train(root: str | Path, train_classes: int = 100) -> Split:
-    """The training split of `cub200_splits` alone: no test image is listed."""
-    return _cub200_parts(root, train_classes, test=False)[0]
-
-
-def _cub200_parts(root: str | Path, train_classes: int, *, test: bool) -> tuple[Split, Split]:
-    """(train, test) Splits of the metadata; `test` False leaves the test Split empty."""
     root = resolve_root(root, "images.txt", ["CUB_200_2011"])
     if not (root / "images").is_dir():
         raise INFO.missing(root, "images.txt and the folder images/")
@@ -56,23 +46,8 @@ def _cub200_parts(root: str | Path, train_classes: int, *, test: bool) -> tuple[
             f"{INFO.title}: images.txt and image_class_labels.txt in {root} list different "
             f"image ids ({len(paths)} vs {len(classes)}); extract both from the same archive"
         )
-    largest = max(classes.values(), default=0)
-    if not 1 <= train_classes < largest:
-        raise ValueError(
-            f"{INFO.title}: train_classes={train_classes} leaves no training or no test class; "
-            f"{root} has classes 1..{largest}, so choose 1 <= train_classes < {largest} "
-            "(100 is the official split)"
-        )
-    parts: tuple[list[str], list[str]] = ([], [])
-    for image in sorted(paths, key=int):
-        if classes[image] <= train_classes or test:
-            parts[classes[image] > train_classes].append(image)
-    images = root / "images"
-    train, held = (
-        Split([str(images / paths[i]) for i in ids], [classes[i] for i in ids], [-1] * len(ids))
-        for ids in parts
-    )
-    return train, held
+    images = [(root / "images" / paths[i], classes[i]) for i in sorted(paths, key=int)]
+    return split_by_class(INFO, root, images, train_classes, test=test)
 
 
 class CUB200DataModule(RetrievalDataModule):
@@ -98,11 +73,8 @@ class CUB200DataModule(RetrievalDataModule):
         """Official `(images, classes)` per split; empty for a non-official class split."""
         return INFO.counts if self.train_classes == 100 else {}
 
-    def verify(self) -> None:
-        check_images_present(INFO, self.root_dir, self.on_disk())
-
     def load_splits(self) -> Splits:
         return cub200_splits(self.root_dir, self.train_classes)
 
     def load_train(self) -> Split:
-        return cub200_train(self.root_dir, self.train_classes)
+        return cub200_splits(self.root_dir, self.train_classes, test=False).train

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
-from datamodules._files import DatasetInfo, check_images_present, resolve_root
+from datamodules._files import DatasetInfo, resolve_root
 from datamodules.base import ImageSize, RetrievalDataModule, RetrievalProtocol, Split, Splits
 
 INFO = DatasetInfo(
@@ -54,9 +54,8 @@ def _read_folder(folder: Path) -> tuple[list[str], list[int], list[int]]:
 def market1501_splits(root: str | Path) -> Splits:
     """Train, query, and gallery with distractors (id 0) kept; labels are the person ids."""
     root = resolve_root(root, FOLDERS["train"], ["Market-1501-v15.09.15", "Market-1501"])
-    for folder in FOLDERS.values():
-        if not (root / folder).is_dir():
-            raise INFO.missing(root, "bounding_box_train/, query/ and bounding_box_test/")
+    if not all((root / folder).is_dir() for folder in FOLDERS.values()):
+        raise INFO.missing(root, "bounding_box_train/, query/ and bounding_box_test/")
     query, gallery = (_read_folder(root / FOLDERS[name]) for name in ("query", "gallery"))
     return Splits(train=market1501_train(root), query=Split(*query), gallery=Split(*gallery))
 
@@ -64,8 +63,6 @@ def market1501_splits(root: str | Path) -> Splits:
 def market1501_train(root: str | Path) -> Split:
     """The training split from `bounding_box_train/` alone (the test folders are not read)."""
     root = resolve_root(root, FOLDERS["train"], ["Market-1501-v15.09.15", "Market-1501"])
-    if not (root / FOLDERS["train"]).is_dir():
-        raise INFO.missing(root, "bounding_box_train/")
     return Split(*_read_folder(root / FOLDERS["train"]))
 
 
@@ -80,13 +77,9 @@ class Market1501DataModule(RetrievalDataModule):
     protocol: ClassVar[RetrievalProtocol] = "query_gallery"
     default_recall_ks: ClassVar[tuple[int, ...]] = (1, 5, 10)
     info: ClassVar[DatasetInfo] = INFO
-    official_counts: ClassVar[dict[str, tuple[int, int]]] = INFO.counts
 
     def __init__(self, root: str | Path, image_size: ImageSize = (256, 128), **kwargs: Any) -> None:
         super().__init__(root, image_size=image_size, **kwargs)
-
-    def verify(self) -> None:
-        check_images_present(INFO, self.root_dir, self.on_disk())
 
     def load_splits(self) -> Splits:
         return market1501_splits(self.root_dir)

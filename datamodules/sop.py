@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from datamodules._files import DatasetInfo, check_images_present, read_rows, resolve_root
+from datamodules._files import DatasetInfo, read_rows, resolve_root
 from datamodules.base import RetrievalDataModule, RetrievalProtocol, Split, Splits
 
 INFO = DatasetInfo(
@@ -71,13 +71,9 @@ class SOPDataModule(RetrievalDataModule):
     protocol: ClassVar[RetrievalProtocol] = "same_set"
     default_recall_ks: ClassVar[tuple[int, ...]] = (1, 10, 100, 1000)
     info: ClassVar[DatasetInfo] = INFO
-    official_counts: ClassVar[dict[str, tuple[int, int]]] = INFO.counts
 
     def __init__(self, root: str | Path, **kwargs: Any) -> None:
         super().__init__(root, **kwargs)
-
-    def verify(self) -> None:
-        check_images_present(INFO, self.root_dir, self.on_disk())
 
     def load_splits(self) -> Splits:
         return sop_splits(self.root_dir)

@@ -8,7 +8,7 @@ training and test classes are disjoint. Image `g` of the dataset shows class
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -18,7 +18,6 @@ from datamodules._render import camera_look, class_look, render_image
 from datamodules.base import ImageSize, RetrievalDataModule, RetrievalProtocol
 from datamodules.splits import Split, Splits, query_gallery_split
 from datamodules.transforms import as_hw
-from samplers import SamplerMode
 
 Mode = Literal["fine_grained", "reid"]
 
@@ -73,9 +72,7 @@ class SyntheticDataModule(RetrievalDataModule):
         render_seed: seed of the rendered world (looks, poses, cameras); fixed by default so
             runs with different `seed`s train on the same data.
         image_size: rendered size, an int or `(H, W)`; 64 px keeps CPU runs fast.
-        p, k, num_workers, eval_batch_size, val_classes, seed, batches_per_epoch, sampler_mode:
-            as in `RetrievalDataModule`.
-        folds, fold: as in `RetrievalDataModule` (class-disjoint tuning folds).
+        **kwargs: the other arguments of `RetrievalDataModule` (p, k, seed, folds, ...).
     """
 
     dataset_name: ClassVar[str] = "synthetic"
@@ -90,17 +87,10 @@ class SyntheticDataModule(RetrievalDataModule):
         images_per_class: int = 20,
         num_cameras: int = 4,
         render_seed: int = 0,
-        p: int = 16,
-        k: int = 5,
         image_size: ImageSize = 64,
         num_workers: int = 2,
         eval_batch_size: int = 256,
-        val_classes: int = 0,
-        seed: int | None = None,
-        batches_per_epoch: int | None = None,
-        sampler_mode: SamplerMode = "coverage",
-        folds: int = 0,
-        fold: int = 0,
+        **kwargs: Any,
     ) -> None:
         if mode not in ("fine_grained", "reid"):
             raise ValueError(
@@ -120,17 +110,10 @@ class SyntheticDataModule(RetrievalDataModule):
             )
         super().__init__(
             None,
-            p=p,
-            k=k,
             image_size=image_size,
             num_workers=num_workers,
             eval_batch_size=eval_batch_size,
-            val_classes=val_classes,
-            seed=seed,
-            batches_per_epoch=batches_per_epoch,
-            sampler_mode=sampler_mode,
-            folds=folds,
-            fold=fold,
+            **kwargs,
         )
         self.mode = mode
         self.num_train_classes, self.num_test_classes = num_train_classes, num_test_classes
@@ -140,9 +123,6 @@ class SyntheticDataModule(RetrievalDataModule):
             self.dataset_name = "synthetic_reid"  # type: ignore[misc]
             self.protocol = "query_gallery"  # type: ignore[misc]
             self.default_recall_ks = (1, 5, 10)  # type: ignore[misc]
-
-    def verify(self) -> None:
-        """Nothing to check: the images are rendered."""
 
     def _classes(self, first: int, count: int) -> Split:
         n = self.images_per_class

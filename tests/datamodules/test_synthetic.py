@@ -40,7 +40,7 @@ def test_same_render_seed_gives_identical_images_and_another_differs() -> None:
 
 
 def test_an_image_is_a_function_of_its_class_and_item_only() -> None:
-    dataset = SyntheticDataModule(**SMALL)._dataset("train")
+    dataset = SyntheticDataModule(**SMALL).train_dataloader().dataset
     image, label, camera = dataset[7]
     assert (label, camera) == (1, -1)
     expected = render_image(class_look(0, 1), 7, (24, 24))
