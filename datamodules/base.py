@@ -27,11 +27,8 @@ ImageSize = int | tuple[int, int]
 
 
 class ImageFileDataset(Dataset):
-    """Items `(image [3, H, W] float in [0, 1], label, camera)` read from image files with PIL.
-
-    Images are converted to RGB (some datasets hold grayscale or CMYK files). A missing,
-    truncated or corrupt file raises an error naming the file instead of a bare PIL trace.
-    """
+    """Items `(image [3, H, W] float in [0, 1], label, camera)` from image files, converted to
+    RGB; a missing, truncated or corrupt file raises an error naming it."""
 
     def __init__(self, split: Split, transform: Callable[[Image.Image], Tensor]) -> None:
         self.split, self.transform = split, transform
@@ -80,17 +77,14 @@ class RetrievalDataModule(pl.LightningDataModule):
         eval_batch_size: batch size of the evaluation loaders.
         val_classes: number of training classes held out as a class-disjoint validation split
             (chosen by `seed`); 0 for none.
-        seed: seed of the P-K sampler and of the validation split. None (the default): under
-            `circlebench`, the run's `seed_everything`, so that runs with different seeds see
-            different batches (and validation classes) as well as different initialisations;
-            0 elsewhere.
+        seed: seed of the P-K sampler and of the validation split; None: the run's
+            `seed_everything` under `circlebench` (other seeds, other batches), else 0.
         batches_per_epoch: training batches per epoch and rank; default one pass.
         sampler_mode: `PKSampler`'s `mode`: `coverage` (every training image once per epoch
             where class sizes allow) or `independent` (each batch drawn afresh).
-        folds: tuning mode when >= 2: the training classes are dealt into `folds`
-            class-disjoint folds (`datamodules.splits.class_folds`), fold `fold` is the
-            validation split, the others train, and the test split is never built or read
-            (`circlebench tune` sets these); 0 for a normal run.
+        folds: tuning mode when >= 2 (`circlebench tune` sets it): the training classes are
+            dealt into `folds` class-disjoint folds, fold `fold` validates, the others train,
+            and the test split is never read; 0 for a normal run.
         fold: the held-out fold, 0..folds-1.
     """
 
@@ -98,11 +92,9 @@ class RetrievalDataModule(pl.LightningDataModule):
     protocol: ClassVar[RetrievalProtocol]
     default_recall_ks: ClassVar[tuple[int, ...]]
     info: ClassVar[DatasetInfo | None] = None  # a real dataset's source, layout, official counts
-    # What the model trains on: images through a backbone it fine-tunes ("end-to-end"), or
-    # cached features of a frozen one ("frozen", `datamodules.CachedFeatureDataModule`).
+    # "end-to-end" (images, a fine-tuned backbone) or "frozen" (`CachedFeatureDataModule`)
     track: ClassVar[str] = "end-to-end"
-    # Constructor arguments that are objects, not settings (a wrapped DataModule, a network):
-    # kept out of `hparams`, which every checkpoint pickles.
+    # arguments that are objects, not settings: kept out of the pickled `hparams`
     unsaved_arguments: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
@@ -170,8 +162,7 @@ class RetrievalDataModule(pl.LightningDataModule):
         return self.load_splits().train
 
     def on_disk(self) -> Split | Splits:
-        """What this run reads from disk, for `verify()`: the training split alone while tuning
-        (`folds` >= 2), else every split."""
+        """What this run reads: the training split alone while tuning, else every split."""
         return self.load_train() if self.folds else self.load_splits()
 
     def make_dataset(self, split: Split, *, train: bool) -> Dataset:
@@ -184,11 +175,8 @@ class RetrievalDataModule(pl.LightningDataModule):
         self.verify()
 
     def splits(self) -> tuple[Split, Splits | None, Splits | None]:
-        """`(train, validation or None, test)`: train relabelled 0..C-1, validation carved out.
-
-        While tuning (`folds` >= 2) the validation split is fold `fold` of the training classes
-        and the test split is None: it is neither built nor read.
-        """
+        """`(train relabelled 0..C-1, validation or None, test)`; while tuning the validation
+        split is fold `fold` and the test split is None (neither built nor read)."""
         if self._splits is None:
             if self.folds:
                 full = self.load_train()
@@ -206,8 +194,8 @@ class RetrievalDataModule(pl.LightningDataModule):
         return self._splits
 
     def full_train_split(self) -> Split:
-        """Every training image with the dataset's own labels, before a validation split or a
-        fold is carved out (the feature cache's unit: one entry for every seed and fold)."""
+        """Every training image with its own label, before a validation split or fold is carved
+        out (the feature cache's unit)."""
         self.splits()
         return cast(Split, self._full_train)  # set together with _splits
 

@@ -1,20 +1,12 @@
 """On-disk cache of computed features: one float32 `.npy` per content key, safe for concurrent runs.
 
-An entry is `<root>/<key>.npy` (float32 `[N, C]`) with `<key>.json` beside it, a sidecar saying
-what it holds (the description the key was hashed from, shape, dtype, compute time). The key is
-the SHA-256 of the canonical JSON of that description, so anything that changes the features
-(items, transform, view, extractor weights) changes the key and nothing is ever invalidated in
-place; stale entries are simply no longer read (delete the folder to reclaim the space).
-
-Concurrency: a reader never sees a partial file, since every file is written to a temporary file
-in the same folder, flushed, fsynced and `os.replace`d over its name (the `.npy` last, so its
-presence means the entry is complete). Runs that miss the same key at once compute it once: each
-takes an exclusive `fcntl.flock` on `<key>.lock`, and whoever gets it second finds the entry
-written and reads it. `flock` works on local file systems; on NFS put the cache on local disk.
-
-float32, not float16: the identity head evaluates the stored feature itself, so the zero-shot
-floor is the backbone's output bit for bit, and the size stays small (5 KB per image and view
-at C = 1280: 15 MB for the 2,889 images of the 50-class CUB subset).
+An entry is `<root>/<key>.npy` (float32 `[N, C]`) with a `<key>.json` sidecar saying what it
+holds. The key is the SHA-256 of the canonical JSON of that description, so anything that
+changes the features changes the key: nothing is invalidated in place (delete the folder to
+reclaim the space). Files are written atomically, the `.npy` last, so its presence means the
+entry is complete; runs missing the same key compute it once, under an exclusive `fcntl.flock`
+on `<key>.lock` (local file systems: on NFS put the cache on local disk). float32, not float16:
+the identity head evaluates the stored feature, so the zero-shot floor is the backbone's output.
 """
 
 from __future__ import annotations
@@ -97,10 +89,8 @@ class FeatureCache:
         compute: Callable[[], np.ndarray],
         description: Mapping[str, Any],
     ) -> tuple[np.ndarray, bool]:
-        """`(array, computed)`: the cached array, or `compute()`'s result, stored first.
-
-        `compute` runs at most once per key across processes sharing `root`: the others wait on
-        the key's lock and then read what it wrote. An exception in `compute` stores nothing.
+        """`(array, computed)`: the cached array, or `compute()`'s result, stored first; `compute`
+        runs at most once per key across processes sharing `root`, and stores nothing if it raises.
         """
         found = self.load(key)
         if found is not None:
@@ -132,10 +122,8 @@ class FeatureCache:
             return array, True
 
     def _write(self, path: Path, write: Callable[[Any], object]) -> None:
-        """Write through a temporary file in the same folder, then `os.replace` it over `path`.
-
-        The temporary file is opened by name (not `mkstemp`, which makes it private), so the
-        entry keeps the user's umask and a shared cache stays readable by the group."""
+        """Write a temporary file in the same folder, then `os.replace` it over `path`; opened by
+        name (`mkstemp` would make it private), so a shared cache stays readable by the group."""
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             with open(tmp, "wb") as f:

@@ -56,12 +56,8 @@ class FeatureDataset(Dataset):
 
 
 class WholeBatches(Dataset):
-    """A `FeatureDataset` that a DataLoader reads a batch at a time (`collate_fn=whole_batch`).
-
-    Read a sample at a time, a batch would cost B indexing calls and a collation, a visible
-    share of a small step; one gather serves it.
-    Measured: docs/benchmarks/training.md#where-a-frozen-track-cells-time-goes.
-    """
+    """A `FeatureDataset` that a DataLoader reads a batch at a time (`collate_fn=whole_batch`):
+    one gather instead of B indexing calls and a collation (docs/benchmarks/training.md)."""
 
     def __init__(self, items: FeatureDataset) -> None:
         self.items = items
@@ -77,18 +73,13 @@ class WholeBatches(Dataset):
 
 
 def whole_batch(batch: Any) -> Any:
-    """The collation of `WholeBatches`' batches: they arrive collated (the DataLoader's type
-    says a list of samples; here it is `FeatureDataset.batch`'s tuple)."""
+    """The collation of `WholeBatches`' batches, which arrive collated."""
     return batch
 
 
 class ViewBatchSampler(Sampler[list[int]]):
-    """The P-K batches of `batches` with each item `i` replaced by `v * num_items + i`.
-
-    The view `v` of every item is drawn once per epoch from `(seed, epoch)`, so it is a pure
-    function of `(seed, epoch, i)`. The epoch is the P-K sampler's own, which Lightning sets
-    through `.sampler`.
-    """
+    """The P-K batches of `batches` with each item `i` replaced by `v * num_items + i`, the view
+    `v` of each item drawn per epoch from `(seed, epoch)` (the P-K sampler's epoch)."""
 
     def __init__(self, batches: PKSampler, *, views: int, num_items: int, seed: int) -> None:
         self.batches, self.views, self.num_items, self.seed = batches, views, num_items, seed
@@ -144,14 +135,10 @@ def extract_features(
 ) -> np.ndarray:
     """`extractor`'s features of every image of `images`, in order: float32 [N, C].
 
-    On the CPU, when torch's intra-op threads leave cores idle (a leaderboard cell has one
-    thread), that many batches run at once, each in a thread of its own. Each batch is then
-    computed by the kernels that would compute it alone, so the features are the same bit for
-    bit, and no core sits idle (measured:
-    docs/benchmarks/training.md#where-a-frozen-track-cells-time-goes). (More intra-op threads
-    instead would not do: oneDNN computes small batches with other kernels then, which is why
-    the cache key holds the thread count.) Images are loaded here, in order: seeded views draw
-    from torch's global generator, which threads would share.
+    On the CPU, cores that torch's intra-op threads leave idle each compute a batch in a thread of
+    its own, with the kernels that would compute it alone: the same features bit for bit (more
+    intra-op threads would change oneDNN's kernels). Images load here, in order: seeded views
+    draw from torch's global generator, which threads would share.
     """
     # Its own generator: the loader's worker seed is then not drawn from torch's global one.
     loader = DataLoader(

@@ -1,27 +1,12 @@
-"""Frozen-backbone track: cached backbone features in place of images, for any DataModule.
+"""Frozen-backbone track: cached features of a frozen network in place of images, any dataset.
 
-`CachedFeatureDataModule(images, extractor)` runs `extractor` (a frozen network mapping [0, 1]
-RGB images [B, 3, H, W] to pooled features [B, C], such as
-`benchmark.training.embedders.BackboneFeatures`) once over the images of `images` and caches
-the features on disk (`datamodules.feature_cache`); training and evaluation then read them.
-Entries are per split and view, keyed by content:
-
-- the split's items and labels (file paths with size and mtime, or the synthetic item seeds);
-- how an item becomes pixels: the image dataset's repr (its transform, or the synthetic
-  renderer's parameters), the image size, and the torch / torchvision / PIL versions;
-- for a training view: its index and the augmentation seed;
-- the extractor: its repr (backbone, weights source, pooling) and a SHA-256 of its parameters and
-  buffers;
-- where it runs: the device type, the GPU's name, the float32 modes (TF32 or IEEE products)
-  and, on the CPU, torch's intra-op thread count (oneDNN computes small batches with other
-  kernels, so slightly other features, on more threads).
-
-Features are computed for the dataset's whole training split (before a validation split is
-carved out), so every `seed` and `val_classes` shares them. Training view `v` of item `i` is the
-image DataModule's training transform under a generator seeded from `(aug_seed, v, i)`; each
-epoch, each sample is shown as one of the `views`, chosen from `(seed, epoch, i)`. Evaluation
-features use the evaluation transform once. P-K batches come from the image DataModule's own
-sampler settings and labels; evaluation loaders yield `(feature [C], label, camera)`.
+Entries (`datamodules.feature_cache`) are per split and view, keyed by content: the split's items
+and labels (file paths with size and mtime), how an item becomes pixels (the image dataset's repr,
+image size, torch / torchvision / PIL versions), a training view's index and augmentation seed,
+the extractor (its repr and a SHA-256 of its parameters and buffers), and where it runs (device,
+GPU name, float32 modes and, on the CPU, torch's thread count: oneDNN picks other kernels for
+small batches on more threads). They cover the whole training split, before a validation split
+or a fold is carved out, so every `seed`, `val_classes` and fold shares them.
 """
 
 from __future__ import annotations
@@ -72,11 +57,9 @@ class CacheEvent:
 class CachedFeatureDataModule(RetrievalDataModule):
     """The images of `images` as features of a frozen `extractor`, cached on disk (frozen track).
 
-    Splits, labels, protocol, Recall@K, `num_classes`, the validation split and the P-K sampler
-    settings (p, k, seed, batches_per_epoch) are those of `images`. Training batches are
-    `(features [P·K, C], labels [P·K], cameras [P·K])` and the evaluation loaders yield
-    `(features [b, C], labels, cameras)`, in the order of the image loaders. The features are
-    computed (or read from the cache) in `setup`, for the splits the stage needs.
+    Splits, protocol, Recall@K, the validation split and the P-K sampler settings are those of
+    `images`. Loaders yield `(features [b, C], labels, cameras)` in the order of the image
+    loaders; `setup` computes (or reads) the features of the splits its stage needs.
 
     Args:
         images: the image DataModule to embed; its `num_workers` and `eval_batch_size` serve the
@@ -84,8 +67,8 @@ class CachedFeatureDataModule(RetrievalDataModule):
         extractor: frozen network, [0, 1] RGB images [B, 3, H, W] -> features [B, C], e.g.
             `benchmark.training.embedders.BackboneFeatures`; it runs in eval mode without grad.
         views: augmented views cached per training image (the training transform of `images`
-            under a generator seeded from `(aug_seed, view, item)`); each epoch shows one per
-            sample. Data without training augmentation (the synthetic renderer) needs 1.
+            seeded from `(aug_seed, view, item)`); each epoch shows one per sample, chosen from
+            `(seed, epoch, item)`. Data without training augmentation (synthetic) needs 1.
         aug_seed: seed of those augmentations; separate from `images.seed` so that runs with
             different seeds share the cache.
         cache_dir: cache folder; default `$CIRCLEBENCH_CACHE`, else
@@ -105,8 +88,7 @@ class CachedFeatureDataModule(RetrievalDataModule):
     ) -> None:
         if isinstance(views, bool) or not isinstance(views, int) or views < 1:
             raise ValueError(f"CachedFeatureDataModule: views must be an int >= 1, got {views!r}")
-        # Sampler and evaluation settings are the image DataModule's, so the config gives them
-        # once; features are in memory, so no loader workers.
+        # the image DataModule's settings, given once; features are in memory: no workers
         super().__init__(
             images.root,
             p=images.p,

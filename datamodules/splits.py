@@ -1,14 +1,10 @@
 """Splits of a dataset and the validation sets carved from its training classes.
 
-`Split` is one set of images, `Splits` a dataset's train / query / gallery. Validation is always
-class-disjoint from training: `carve_validation` holds out random training classes (a normal
-run's `val_classes`), `fold_split` holds out one of K folds that tile them (tuning).
-
-The folds follow Musgrave et al.'s protocol ("A Metric Learning Reality Check", ECCV 2020): the
-training classes are dealt into K folds; a trial setting is scored by training on K-1 folds and
-validating on the held-out one, for each fold in turn. The folds are a pure function of the
-training classes and K (shuffled with the fixed `FOLD_SEED`, not the run's seed), so every
-trial of every loss is scored on the same folds.
+Validation is class-disjoint from training: `carve_validation` holds out random training
+classes (`val_classes`), `fold_split` one of K folds that tile them (tuning, after Musgrave et
+al., "A Metric Learning Reality Check", ECCV 2020: train on K-1 folds, validate on the held-out
+one). The folds depend on the training classes and K alone (the fixed `FOLD_SEED`, not the run's
+seed), so every trial of every loss is scored on the same folds.
 """
 
 from __future__ import annotations
@@ -32,11 +28,8 @@ def fold_sizes(num_classes: int, folds: int) -> list[int]:
 
 
 def class_folds(classes: Sequence[int], folds: int) -> list[list[int]]:
-    """The distinct `classes` dealt into `folds` class-disjoint folds that tile them.
-
-    The classes are sorted, shuffled by `FOLD_SEED` and cut into `fold_sizes` contiguous parts,
-    so similar neighbouring ids (CUB's albatrosses 1-3) do not all land in one fold.
-    """
+    """The distinct `classes`, sorted, shuffled by `FOLD_SEED` (so that similar neighbouring ids
+    do not share a fold) and cut into `fold_sizes` class-disjoint folds."""
     ordered = sorted(set(classes))
     sizes = fold_sizes(len(ordered), folds)
     perm = torch.randperm(len(ordered), generator=torch.Generator().manual_seed(FOLD_SEED))
@@ -63,12 +56,8 @@ def check_fold(num_classes: int, folds: int, fold: int) -> None:
 
 @dataclass(frozen=True)
 class Split:
-    """One set of images: `items[i]` is the image, `labels[i]` its class, `cameras[i]` its camera.
-
-    `items` are file paths for datasets on disk and integer seeds for the synthetic one. Cameras
-    are -1 where a dataset has none. Labels are the dataset's own class or person ids as its
-    files give them; `RetrievalDataModule.splits()` maps the training split's to 0..C-1.
-    """
+    """One set of images: `items[i]` is the image (a file path, or the synthetic item number),
+    `labels[i]` its class (the dataset's own ids), `cameras[i]` its camera (-1 for none)."""
 
     items: Sequence[str | int]
     labels: Sequence[int]
@@ -95,11 +84,7 @@ class Split:
 
 @dataclass(frozen=True)
 class Splits:
-    """Training set and test sets; `gallery` is None under the `same_set` protocol.
-
-    From `load_splits()` every split carries the dataset's own ids; from `carve_validation()`
-    and `RetrievalDataModule.splits()` the training split is relabelled 0..C-1.
-    """
+    """Training set and test sets; `gallery` is None under the `same_set` protocol."""
 
     train: Split
     query: Split
@@ -113,13 +98,9 @@ def relabel(split: Split) -> Split:
 
 
 def query_gallery_split(split: Split, *, seed: int) -> tuple[Split, Split]:
-    """Query and gallery of a re-ID evaluation set built from one labelled, camera-tagged split.
-
-    For each identity seen by two or more cameras, one image per camera (chosen by `seed`) is a
-    query; all other images are gallery. Identities seen by a single camera would have no valid
-    match (same identity and camera is excluded), so they go wholly to the gallery. Both keep the
-    split's order.
-    """
+    """Query and gallery of a re-ID evaluation set, both in the split's order: one image per
+    camera (chosen by `seed`) of each identity seen by two or more cameras is a query, the rest
+    gallery (a single-camera identity has no valid match, so it goes wholly to the gallery)."""
     gen = torch.Generator().manual_seed(seed)
     first: dict[tuple[int, int], int] = {}  # (identity, camera) -> its query
     for i in torch.randperm(len(split), generator=gen).tolist():
@@ -135,13 +116,7 @@ def query_gallery_split(split: Split, *, seed: int) -> tuple[Split, Split]:
 def carve_validation(
     train: Split, num_classes: int, *, seed: int, protocol: RetrievalProtocol
 ) -> Splits:
-    """Move `num_classes` random training classes (chosen by `seed`) into a validation split.
-
-    Returns `Splits` whose `train` is the remaining training split (relabelled 0..C-1) and whose
-    `query` / `gallery` are the class-disjoint validation sets. Under `same_set` all validation
-    images form the query (which is also the gallery); under `query_gallery` they are divided by
-    `query_gallery_split`.
-    """
+    """`hold_out` of `num_classes` random training classes (chosen by `seed`)."""
     classes = sorted(set(train.labels))
     if not 0 < num_classes < len(classes):
         raise ValueError(

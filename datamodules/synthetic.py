@@ -56,13 +56,11 @@ class SyntheticDataset(Dataset):
 class SyntheticDataModule(RetrievalDataModule):
     """Rendered classes for CPU runs without data, in a fine-grained or a re-ID mode.
 
-    `mode="fine_grained"`: `same_set` protocol, Recall@{1, 2, 4, 8}, no cameras (-1), the test
-    set is the query and the gallery. `mode="reid"`: `query_gallery` protocol, ranks 1, 5, 10;
-    image `j` of an identity is seen by camera `(identity + j) % num_cameras`, each camera with its
-    own colour cast, brightness and blur; per test identity one image per camera is a query and
-    the rest form the gallery. The class attributes hold the fine-grained values and an instance
-    in re-ID mode overrides `dataset_name`, `protocol` and `default_recall_ks`, so read them from
-    the instance.
+    `mode="fine_grained"`: `same_set`, Recall@{1, 2, 4, 8}, no cameras. `mode="reid"`:
+    `query_gallery`, ranks 1, 5, 10; image `j` of an identity is seen by camera
+    `(identity + j) % num_cameras` (each with its own colour cast, brightness and blur), and one
+    test image per identity and camera is a query. A re-ID instance overrides `dataset_name`,
+    `protocol` and `default_recall_ks`: read them from the instance.
 
     Args:
         num_train_classes: training classes (ids 0..num_train_classes-1).
