@@ -9,15 +9,12 @@ one exported in `losses.__all__` against this list:
    (between a sample and class proxies, a classifier or class centres); a `PairSimilarityLoss`
    takes it from its similarity source. The results row stores it in its `labels` column.
 3. After each forward, `last_stats` holds `sp_mean`, `sn_mean` and `active_fraction` as 0-dim
-   detached tensors (`similarity.pair_stats`), or a `similarity.LazyStats` that computes them
-   at the first read; the training module reads them at the steps it logs.
+   detached tensors (`similarity.pair_stats`), or a `similarity.LazyStats` computing them at
+   the first read.
 4. `forward` starts with `self.check_batch(embeddings, labels)`: a ValueError naming the loss
-   and the problem for embeddings that are not 2-D, labels that are not 1-D, a length mismatch,
-   an empty batch, or non-finite embeddings (with their count), instead of a NaN loss, a loss of
-   0 with NaN gradients, or an IndexError from deep inside. One sum and one host sync per
-   batch: cheap next to a training step. A label outside [0, num_classes) is a
-   ValueError too, naming the loss (softmax, Center, Copernican) or, for the proxy losses,
-   their `ClassProxies` source.
+   and the problem (not 2-D / 1-D, a length mismatch, an empty batch, non-finite embeddings)
+   instead of a NaN loss or an IndexError from deep inside. A label outside [0, num_classes)
+   is a ValueError naming the loss or, for the proxy losses, their `ClassProxies` source.
 5. Hyper-parameters are checked in `__init__`; a bad value raises ValueError with the value,
    the valid range and the paper's setting. Class-level losses own their proxies or classifier
    as parameters (the optimiser sees them through the module) and centres as buffers.
@@ -82,11 +79,8 @@ class MetricLoss(nn.Module, ABC):
                 f"{owner}: empty batch, embeddings of shape {tuple(embeddings.shape)}; "
                 "a loss needs at least one sample: check the sampler and the dataset"
             )
-        # The sum is finite when every value is, unless it overflows (then the exact test below
-        # clears it): one reduction and host sync, cheaper than the elementwise test (a boolean
-        # tensor and its reduction), which runs on the error path only (measured:
-        # docs/benchmarks/training.md#where-a-frozen-track-cells-time-goes). Detached: converting
-        # a tensor that requires grad to a Python float warns.
+        # One reduction and host sync: the sum is finite when every value is, unless it overflows
+        # (the exact test below clears that). Detached: float() of a grad tensor warns.
         if math.isfinite(float(embeddings.detach().sum())):
             return
         finite = torch.isfinite(embeddings)
@@ -99,42 +93,33 @@ class MetricLoss(nn.Module, ABC):
             )
 
 
-def check_margin_and_scale(owner: str, m: float, gamma: float) -> None:
-    """ValueError unless 0 <= m < 1 and gamma > 0 (shared by Circle and Unified losses)."""
-    if not 0.0 <= m < 1.0:
-        raise ValueError(
-            f"{owner}: m must be in [0, 1), got {m}; "
-            "the paper uses 0.25 for re-ID and 0.4 for fine-grained retrieval"
-        )
-    if not gamma > 0:
-        raise ValueError(
-            f"{owner}: gamma must be > 0, got {gamma}; the paper uses 256 (re-ID) or 80"
-        )
-
-
 class PairSimilarityLoss(MetricLoss):
-    """Shell shared by Circle and unified loss: a source, (m, gamma), mean over active anchors.
-
-    Subclasses name their per-anchor function in `per_anchor_loss`; an anchor is active when it
-    has at least one positive and one negative, and a batch without any gives 0 (zero gradient).
-    """
+    """Shell of Circle and unified loss: a source, (m, gamma), the mean over active anchors
+    (with a positive and a negative; none gives 0) of the staticmethod `per_anchor_loss`."""
 
     def __init__(
         self, m: float = 0.25, gamma: float = 256.0, source: SimilaritySource | None = None
     ) -> None:
         super().__init__()
-        check_margin_and_scale(type(self).__name__, m, gamma)
+        owner = type(self).__name__
+        if not 0.0 <= m < 1.0:
+            raise ValueError(
+                f"{owner}: m must be in [0, 1), got {m}; "
+                "the paper uses 0.25 for re-ID and 0.4 for fine-grained retrieval"
+            )
+        if not gamma > 0:
+            raise ValueError(
+                f"{owner}: gamma must be > 0, got {gamma}; the paper uses 256 (re-ID) or 80"
+            )
         self.m, self.gamma = m, gamma
         self.source = source if source is not None else BatchPairs()
 
-    # Every other loss fixes `paradigm` per class; here the source chosen at run time decides.
     @property
     def paradigm(self) -> Paradigm:  # type: ignore[override]
         """ "pair-wise" or "class-level", from the similarity source."""
         return self.source.paradigm
 
-    # The equation, a pure function (sim, pos_mask, neg_mask, *, m, gamma) -> [B]; set by each
-    # subclass as a staticmethod.
+    # the equation, (sim, pos_mask, neg_mask, *, m, gamma) -> [B]
     per_anchor_loss: Callable[..., Tensor]
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:

@@ -5,13 +5,11 @@ With O_p = 1 + m, O_n = -m, Δ_p = 1 - m, Δ_n = m, the self-paced weights are
 
     L = log(1 + Σ_j exp(γ α_n^j (s_n^j - Δ_n)) · Σ_i exp(-γ α_p^i (s_p^i - Δ_p)))      (Eq. 6)
 
-`circle_loss` is that equation in torch, autograd giving the gradient: the reference.
-`CircleLoss` trains with `fast_circle_loss`, the same values through a closed-form backward
-(Eq. 9/10, α constant as in the paper): ∂L/∂s_n = σ(z) softmax_n · γ α_n and
-∂L/∂s_p = -σ(z) softmax_p · γ α_p, where z is the argument of the softplus and each softmax
-runs over the logits of its group; on CPU float tensors a compiled pass per row
-(`losses._circle_cpu`, numba, imported at its first use) computes it.
-`tests/losses/test_circle.py` holds the two to each other in values and gradients.
+`circle_loss` is that equation with autograd's gradient: the reference. `CircleLoss` trains with
+`fast_circle_loss`, the same values with the closed-form backward of Eq. 9/10 (α constant):
+∂L/∂s_n = σ(z) softmax_n · γ α_n and ∂L/∂s_p = -σ(z) softmax_p · γ α_p, z the softplus'
+argument, each softmax over its group's logits; on CPU float tensors a compiled pass per row
+(`losses._circle_cpu`) computes it. `tests/losses/test_circle.py` holds the two to each other.
 """
 
 from __future__ import annotations
@@ -45,8 +43,7 @@ def circle_loss(
 
 @functools.cache
 def _compiled() -> tuple[ModuleType, Callable[[], AbstractContextManager[None]]]:
-    """The numba kernels and the thread matcher, imported at the first compiled call (numba's
-    import is not paid by `import losses`)."""
+    """The numba kernels and thread matcher, imported at the first compiled call, not at import."""
     from core.threads import like_torch
     from losses import _circle_cpu
 
@@ -65,11 +62,9 @@ def _group_exp(logits: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 class _CircleLossFunction(torch.autograd.Function):
     """Per-anchor Circle loss [B] given the weights α [B, N] as constants, closed-form backward.
 
-    The forward pass keeps the exponentials of both logsumexps, so the backward pass is three
-    elementwise passes instead of autograd's recomputation through logsumexp and torch.where.
-    With `alpha=None` the weights are computed here (Eq. 5); on CPU float tensors a compiled
-    pass per row (`losses._circle_cpu`) then replaces the ~20 passes over [B, N] temporaries
-    (its speed: `python -m benchmark.bench losses`, docs/benchmarks/losses.md).
+    The forward keeps both groups' exponentials, so the backward is three elementwise passes.
+    With `alpha=None` the weights of Eq. 5 are computed here, and on CPU float tensors by a
+    compiled pass per row (`losses._circle_cpu`; docs/benchmarks/losses.md).
     """
 
     @staticmethod
@@ -164,10 +159,7 @@ def fast_circle_loss(
 
 
 class CircleLoss(PairSimilarityLoss):
-    """Circle loss over pair-wise (default) or class-level similarities, chosen by `source`.
-
-    The loss is the mean over anchors that have at least one positive and one negative; a batch
-    without any such anchor gives 0 (with a gradient of zeros).
-    """
+    """Circle loss over pair-wise (default) or class-level similarities, chosen by `source`;
+    the mean over anchors with a positive and a negative (0 without any)."""
 
     per_anchor_loss = staticmethod(fast_circle_loss)

@@ -5,32 +5,20 @@ s = (1/m) Σ_i x_i (the mean of the batch's raw features), Eq. 1 is
 
     L = L_soft + λ ( (1/m) Σ_i (1 - cos(x_i, p_{y_i})) + (1/m) Σ_i [cos(x_i, s) - β]₊ )
 
-the planet term pulling each sample towards its class's planet and the sun term pushing it
-away from the batch mean until cos(x_i, s) <= β. β is a signed margin in [-1, 1]: the paper
-tries β ∈ {-1, -0.5, -0.1, 0, 0.1, 0.5} with λ ∈ {0.01, 0.1, 1, 5}, and reports λ=1, β=-1 on
-CIFAR-10 and λ=5, β=-0.5 on CIFAR-100; at β = -1 the hinge never closes, at β = 1 the sun term
-is off. s and p are points, not functions of x: no gradient flows through them, so with
-x̂ = x / ‖x‖ the gradients are (Eq. 3-4)
+pulling each sample towards its class's planet and pushing it from the batch mean until
+cos(x_i, s) <= β, a signed margin in [-1, 1] (the paper: λ=1, β=-1 on CIFAR-10, λ=5, β=-0.5 on
+CIFAR-100). s and p are points, not functions of x, so no gradient flows through them (Eq. 3-4):
 
     ∂/∂x_i planet = -(1/m) (p̂ - cos(x_i, p) x̂_i) / ‖x_i‖
     ∂/∂x_i sun    =  (1/m) [cos(x_i, s) > β] (ŝ - cos(x_i, s) x̂_i) / ‖x_i‖
 
-Planets are buffers (checkpointed, not optimised) that start at 0 (cos(x, 0) := 0) and move in
-training mode, after the loss is computed, by the paper's rule p_y ← p_y + α (1/n_y) Σ_{y_i = y} x_i
-over the n_y raw features of class y in the batch (α = 0.05). Only their direction matters here.
+Planets are buffers that start at 0 (cos(x, 0) := 0) and move in training mode, after the loss,
+by the paper's rule p_y ← p_y + α (1/n_y) Σ_{y_i = y} x_i (α = 0.05), so their norm grows.
 
-variant="l2" is the paper's l2 baseline: the same two terms with the cosine similarity replaced
-by s(a, b) = 1 - ½‖a - b‖², which equals cos(a, b) when a and b are unit vectors:
+variant="l2" is the paper's l2 baseline, with s(a, b) = 1 - ½‖a - b‖² (cos(a, b) for unit
+vectors) on raw features, so it depends on the feature norm:
 
     L = L_soft + λ ( (1/m) Σ_i ½‖x_i - p_{y_i}‖² + (1/m) Σ_i [(1 - β) - ½‖x_i - s‖²]₊ )
-
-a squared error to the planet and the same hinge away from the sun, now a margin 1 - β ∈ [0, 2]
-on ½‖x_i - s‖², all on raw features, so it depends on the feature norm and has a radial gradient
-(what the paper's comparison with the cosine version is about). Its gradients are
-(1/m)(x_i - p) and -(1/m) [½‖x_i - s‖² < 1 - β] (x_i - s). The planets and their update are the
-ones above, the only update the paper gives: a planet is α times the sum of its class's batch
-means, so its norm grows with training (it does not track the class mean as Center loss's
-centres do; the residual step p ← p + α mean(x - p) that would is not in the paper).
 
 The Copernican method is the subject of US patents 11,636,344 and 12,131,260.
 """

@@ -1,11 +1,8 @@
 """Any loss module in the comparison: a user's own or one of pytorch-metric-learning's.
 
-`ExternalLoss(loss)` wraps an `nn.Module` whose `forward(embeddings [B, D], labels [B])`
-returns a scalar and gives it what the rest of the suite relies on (`losses/base.py`): the batch
-checks, fp32 with autocast off, `last_stats`, a paradigm for the results row, and a clear error
-for a non-scalar or non-finite value instead of a crash inside Lightning's backward pass. The
-wrapped module is a child, so its parameters (Proxy Anchor's proxies) are the loss's parameters
-and train in the optimiser's "loss" group at `loss_lr`, like the proxies of our own losses.
+`ExternalLoss(loss)` holds a module `forward(embeddings [B, D], labels [B]) -> scalar` to the
+contract of `losses/base.py` (batch checks, fp32, `last_stats`, a paradigm, a clear error for a
+non-scalar or non-finite value); its parameters (Proxy Anchor's proxies) train as the loss's.
 
 ```yaml
 loss:
@@ -50,10 +47,8 @@ def _metric_loss_names() -> set[str]:
 class ExternalLoss(MetricLoss):
     """A wrapped `loss(embeddings [B, D], labels [B]) -> scalar` module held to the loss contract.
 
-    `last_stats` are the batch's pair-wise cosine similarities (mean s_p over same-label pairs,
-    mean s_n over different-label pairs, the fraction of anchors having both): the adapter
-    cannot see a wrapped loss's own proxies, so a class-level loss reports its embeddings'
-    geometry rather than its proxy similarities.
+    `last_stats` are the batch's pair-wise cosine similarities, also for a class-level loss
+    (whose proxies the adapter cannot see).
 
     Args:
         loss: the module to wrap, e.g. `pytorch_metric_learning.losses.SupConLoss()` or a class
@@ -84,7 +79,6 @@ class ExternalLoss(MetricLoss):
         learnable = any(p.requires_grad for p in loss.parameters())
         self._paradigm: Paradigm = paradigm or ("class-level" if learnable else "pair-wise")
 
-    # Like PairSimilarityLoss: fixed per object, not per class.
     @property
     def paradigm(self) -> Paradigm:  # type: ignore[override]
         """ "class-level" or "pair-wise", as given or inferred from the module's parameters."""
@@ -92,9 +86,8 @@ class ExternalLoss(MetricLoss):
 
     @property
     def name(self) -> str:
-        """The wrapped class's name (`ProxyAnchorLoss`); prefixed by its package
-        (`pytorch_metric_learning.CircleLoss`) where one of our losses has the same name, so
-        that a board never mixes the two."""
+        """The wrapped class's name, prefixed by its package where one of our losses has the
+        same name (`pytorch_metric_learning.CircleLoss`), so that a board never mixes the two."""
         cls = type(self.loss)
         if cls.__name__ in _metric_loss_names():
             return f"{cls.__module__.split('.')[0]}.{cls.__name__}"

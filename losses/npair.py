@@ -5,11 +5,9 @@ where N_i is every sample of another class, averaged over the positive pairs. So
 the embedding norms instead of normalising them, so the source uses raw inner products and the
 loss adds l2_reg · mean ||f_i||².
 
-This is not Sohn's batch construction. His batch holds N pairs (x_i, x_i⁺) of N distinct classes
-and scores each anchor against its one positive and the other classes' positives x_j⁺ only:
-(1/N) Σ_i log(1 + Σ_{j≠i} exp(f_i·f_j⁺ - f_i·f_i⁺)). Here all K(K - 1) ordered pairs of a class
-are anchors, and the negatives are all (P - 1)·K other-class samples, anchors included, so the
-same P-K batches feed every pair loss; with K = 2 that is twice his terms and negatives.
+Not Sohn's batch construction, (1/N) Σ_i log(1 + Σ_{j≠i} exp(f_i·f_j⁺ - f_i·f_i⁺)) over N pairs of
+N classes: here all K(K - 1) ordered pairs of a class are anchors and all (P - 1)·K other-class
+samples are negatives, so the same P-K batches feed every pair loss.
 """
 
 from __future__ import annotations

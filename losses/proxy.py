@@ -51,9 +51,7 @@ def _check_scale_margin(owner: str, s: float, m: float, m_max: float, hint: str)
 
 class SoftmaxLoss(MetricLoss):
     """Linear classifier (with bias) on raw embeddings + cross-entropy; the plain baseline.
-
-    `last_stats` reports cosine similarities between embeddings and the classifier's weights.
-    """
+    `last_stats` are cosine similarities between embeddings and the classifier's weights."""
 
     paradigm: ClassVar[Paradigm] = "class-level"
 
@@ -69,11 +67,8 @@ class SoftmaxLoss(MetricLoss):
         return self.cross_entropy(embeddings, labels)
 
     def cross_entropy(self, embeddings: Tensor, labels: Tensor) -> Tensor:
-        """`forward` without the input checks, for the losses that add a term to it.
-
-        Center and Copernican losses check the batch and the labels themselves, so that their
-        errors name them, and call this for their softmax term.
-        """
+        """`forward` without the input checks, for Center and Copernican losses (whose own checks
+        name them)."""
         with torch.autocast(embeddings.device.type, enabled=False):
             x = embeddings.to(compute_dtype(embeddings))
             weight = self.classifier.weight.to(x.dtype)

@@ -77,11 +77,9 @@ class _Gram(torch.autograd.Function):
 class _Cosine(torch.autograd.Function):
     """x̂ ŵᵀ [B, C] for the rows x̂ = x / ‖x‖ and ŵ = w / ‖w‖, with a hand-written backward.
 
-    The forward is F.normalize's, bit for bit. Autograd's backward of F.normalize runs a chain of
-    full-size ops on the proxies [C, D] (the division's gradient with respect to the expanded
-    norm, the norm's own), every step. Here each side's gradient is one matmul and one projection
-    onto the sphere's tangent space.
-    Measured: docs/benchmarks/training.md#measurements-behind-the-code.
+    The forward is F.normalize's, bit for bit; each side's gradient is one matmul and one
+    projection onto the sphere's tangent space, not autograd's chain of full-size ops on the
+    proxies [C, D] (docs/benchmarks/training.md#measurements-behind-the-code).
     """
 
     @staticmethod
@@ -103,11 +101,8 @@ class _Cosine(torch.autograd.Function):
 
 
 def _unnormalized_grad(grad_hat: Tensor, hat: Tensor, norm: Tensor) -> Tensor:
-    """The gradient with respect to x of a function of x̂ = x / ‖x‖, given its gradient at x̂.
-
-    (G - x̂ ⟨G, x̂⟩) / ‖x‖, the projection onto the sphere's tangent space; below F.normalize's
-    eps the norm is a constant, so there is no projection.
-    """
+    """The gradient at x of a function of x̂ = x / ‖x‖ from its gradient G at x̂: (G - x̂ ⟨G, x̂⟩)
+    / ‖x‖, without the projection below F.normalize's eps (where the norm is a constant)."""
     radial = torch.where(norm > _NORM_EPS, (grad_hat * hat).sum(1, keepdim=True), 0.0)
     return (grad_hat - hat * radial) / norm.clamp_min(_NORM_EPS)
 
@@ -182,23 +177,17 @@ class ClassProxies(SimilaritySource):
 
 
 def masked_logsumexp(x: Tensor, mask: Tensor, dim: int = 1) -> Tensor:
-    """logsumexp over the entries where `mask` holds; -inf with zero gradient for empty rows.
-
-    torch.logsumexp of an all -inf row returns -inf but a NaN gradient, so empty rows are
-    replaced by zeros before the reduction and by -inf after it.
-    """
+    """logsumexp over the entries where `mask` holds; -inf with zero gradient for empty rows
+    (torch.logsumexp of an all -inf row has a NaN gradient, so they are reduced as zeros)."""
     has_any = mask.any(dim, keepdim=True)
     x = torch.where(mask, x, torch.where(has_any, -torch.inf, 0.0))
     return torch.where(has_any.squeeze(dim), torch.logsumexp(x, dim), -torch.inf)
 
 
 class LazyStats(Mapping[str, Tensor]):
-    """`last_stats` computed at their first read, for a loss whose statistics cost a product of
-    their own (softmax's cosines to the classifier: a normalisation and a [B, C] product on every
-    step, for values logged every tenth; measured:
-    docs/benchmarks/training.md#where-a-frozen-track-cells-time-goes). `compute` must capture the
-    tensors it reads as they are at the forward (a clone of any parameter the optimiser will
-    change in place)."""
+    """`last_stats` computed at their first read, for statistics that cost a product of their own
+    (softmax's cosines to the classifier), logged on few steps. `compute` must capture its
+    tensors as they are at the forward (a clone of a parameter the optimiser changes in place)."""
 
     def __init__(self, compute: Callable[[], dict[str, Tensor]]) -> None:
         self._compute: Callable[[], dict[str, Tensor]] | None = compute

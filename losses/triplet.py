@@ -13,9 +13,8 @@ margin log(1 + exp(·)). Which triplets count is the mining:
   loss of Musgrave et al.'s "Metric Learning Reality Check", pytorch-metric-learning's
   `TripletMarginLoss` with its default reducer).
 
-Batch-hard mining can collapse every embedding onto one point when training starts with most
-hardest negatives above their hardest positives (Xuan et al., "Hard negative examples are hard,
-but useful", ECCV 2020): the pooled ImageNet features of the frozen track start that way.
+Batch-hard mining can collapse every embedding onto one point when most hardest negatives start
+above their hardest positives (Xuan et al., ECCV 2020), as frozen ImageNet features do.
 """
 
 from __future__ import annotations
@@ -41,12 +40,9 @@ def triplet_loss(
     soft_margin: bool = False,
     mining: Mining = "batch_hard",
 ) -> tuple[Tensor, Tensor]:
-    """Per anchor, (the sum of its triplets' losses [B], how many of them the mean counts [B]).
-
-    The loss is sum(sums) / sum(counts): the mean over anchors with a positive and a negative
-    (`batch_hard`), over positive pairs with a negative (`semi_hard`), or over non-zero
-    triplets (`all`; every valid triplet with the soft margin, whose loss is never 0).
-    """
+    """Per anchor, (the sum of its triplets' losses [B], how many the mean counts [B]): the loss
+    sum(sums) / sum(counts) is the mean of the module docstring (`all` with the soft margin:
+    over every valid triplet, whose loss is never 0)."""
     sim = sim.to(compute_dtype(sim))
     has_neg = neg_mask.any(1, keepdim=True)
     if mining == "batch_hard":
