@@ -56,11 +56,7 @@ def conv_mode(device_type: str) -> str:
 
 def chosen_device(choice: str) -> torch.device:
     """The device a `device` setting names: "cpu", "cuda", or for "auto" CUDA where torch sees
-    a CUDA device, else the CPU.
-
-    Raises:
-        ValueError: for "cuda" where torch sees no CUDA device (callers name their setting).
-    """
+    it, else the CPU; ValueError for "cuda" without one (callers name their setting)."""
     cuda = torch.cuda.is_available()
     if choice == "cuda" and not cuda:
         raise ValueError("torch sees no CUDA device")

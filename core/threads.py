@@ -1,9 +1,7 @@
 """numba's parallel loops on as many threads as torch's ops.
 
-numba starts one thread per core at import, whatever `torch.set_num_threads` (which a
-leaderboard cell sets to its suite's `threads`) says. Two such processes on two cores then
-make every OpenMP barrier of a parallel loop wait on a descheduled thread: beside another job,
-a Circle loss step at B = 32 took 31 ms with numba's 2 threads and 1.6 ms with 1.
+numba starts one thread per core at import, whatever `torch.set_num_threads` says; two such
+processes sharing cores make every barrier of a parallel loop wait on a descheduled thread.
 """
 
 from __future__ import annotations

@@ -24,28 +24,21 @@ SamplerMode = Literal["coverage", "independent"]
 class PKSampler(Sampler[list[int]]):
     """Batch sampler yielding lists of `p * k` dataset indices: P distinct classes × K samples.
 
-    `mode="coverage"` (the default) uses every image once per epoch where class sizes allow:
-    each class's images are shuffled and dealt out in chunks of K, and each batch takes one chunk
-    of each of P distinct classes until the chunks run out. Classes are picked with probability
-    proportional to their chunks left, so large classes are spread over the whole epoch, and a
-    class that would otherwise have more chunks than the batches left is always picked. A class
-    whose size is not a multiple of K has its last chunk topped up with other images of the
-    class; a class with more chunks than can be paired with P-1 other classes in the epoch's
-    batches loses the excess (a long-tailed set), and so do the few chunks that do not fill the
-    last batch. An epoch is one such pass; a longer `batches_per_epoch` goes on with fresh ones.
+    `mode="coverage"` uses every image once per epoch where class sizes allow: each class's
+    images are shuffled and dealt in chunks of K (the last topped up with other images of the
+    class), and each batch takes one chunk of each of P distinct classes, drawn in proportion to
+    their chunks left (a class with as many chunks as batches left always), until they run out.
+    Chunks that cannot be paired with P-1 other classes (a long tail) or do not fill the last
+    batch are dropped. A longer `batches_per_epoch` goes on with fresh passes.
 
-    `mode="independent"` draws each batch afresh: classes are visited by cycling random
-    permutations of all classes, so over an epoch every class appears in as many batches
-    as every other, give or take one, and each class's K samples are drawn without replacement
-    from all its images, independently of the other batches, so an epoch of the default length
-    sees about 63 % of the images of a balanced set.
+    `mode="independent"` draws each batch afresh: classes by cycling random permutations (every
+    class in as many batches as every other, give or take one), each class's K samples without
+    replacement from all its images.
 
-    In both modes a class with fewer than K samples is either filled by sampling with
-    replacement (`small_classes="replace"`, its images repeat inside the batch; in coverage mode
-    each of them at least once) or left out (`small_classes="skip"`).
-
-    Under DDP the sampler shards itself: use it as `DataLoader(batch_sampler=...)` and run the
-    Trainer with `use_distributed_sampler=False` so Lightning does not wrap it again.
+    A class with fewer than K samples is filled by sampling with replacement
+    (`small_classes="replace"`; in coverage mode each image at least once) or left out ("skip").
+    Under DDP the sampler shards itself: pass it as `DataLoader(batch_sampler=...)` with the
+    Trainer's `use_distributed_sampler=False`.
 
     Args:
         labels: class of each dataset item, any integers (need not be contiguous).
@@ -124,13 +117,12 @@ class PKSampler(Sampler[list[int]]):
         self._len = batches_per_epoch or max(1, default)
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch's batches; Lightning calls this at the start of every epoch."""
+        """Select the epoch's batches (Lightning calls it every epoch)."""
         self.epoch = epoch
 
     @property
     def sampler(self) -> PKSampler:
-        """Itself: Lightning calls `set_epoch` on `dataloader.batch_sampler.sampler`, not on the
-        batch sampler, so without this every epoch would repeat epoch 0's batches."""
+        """Itself: Lightning calls `set_epoch` on `dataloader.batch_sampler.sampler`."""
         return self
 
     def __len__(self) -> int:
@@ -203,14 +195,13 @@ def full_batches(chunks: Tensor, p: int) -> int:
 def _distinct_class_batches(
     chunks: list[list[Tensor]], p: int, batches: int, gen: torch.Generator
 ) -> Iterator[list[int]]:
-    """`batches` batches, each one chunk of each of `p` distinct classes, no chunk used twice.
+    """`batches` (`full_batches` of the chunk counts) batches, each one chunk of each of `p`
+    distinct classes, no chunk used twice.
 
-    `batches` must be `full_batches` of the chunk counts. The chunks a class can give are capped
-    at `batches`, and the few that exceed `p * batches` are dropped from classes drawn in
-    proportion to their chunks, the last (topped-up) chunk first. Then each batch takes every
-    class that has as many chunks left as batches left (it must be in all of them) and fills up
-    with classes drawn without replacement in proportion to their chunks left, which keeps that
-    invariant, so every batch finds `p` distinct classes.
+    Chunks per class are capped at `batches`, and those over `p * batches` dropped from classes
+    drawn in proportion to their chunks, last chunk first. Each batch then takes every class with
+    as many chunks left as batches left and fills up with classes drawn in proportion to their
+    chunks left, which keeps that invariant: every batch finds `p` distinct classes.
     """
     left = torch.tensor([len(c) for c in chunks]).clamp(max=batches)
     excess = int(left.sum()) - p * batches
@@ -233,11 +224,8 @@ def _distinct_class_batches(
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
-    """A 32-bit seed mixing `seed` and `epoch`.
-
-    The CPU generator keeps only 32 bits of its seed and `seed + epoch` would make
-    (seed=0, epoch=1) repeat (seed=1, epoch=0); numpy's SeedSequence hashes the pair instead.
-    """
+    """A 32-bit seed hashing `(seed, epoch)` (numpy's SeedSequence): `seed + epoch` would make
+    (0, 1) repeat (1, 0)."""
     return int(np.random.SeedSequence([seed % 2**64, epoch]).generate_state(1)[0])
 
 
