@@ -51,19 +51,17 @@ def _read_folder(folder: Path) -> tuple[list[str], list[int], list[int]]:
     return items, ids, cameras
 
 
-def market1501_splits(root: str | Path) -> Splits:
-    """Train, query, and gallery with distractors (id 0) kept; labels are the person ids."""
+def market1501_splits(root: str | Path, *, test: bool = True) -> Splits:
+    """Train, query, and gallery with distractors (id 0) kept; labels are the person ids. `test`
+    False reads `bounding_box_train/` alone (the query and gallery are empty)."""
     root = resolve_root(root, FOLDERS["train"], ["Market-1501-v15.09.15", "Market-1501"])
-    if not all((root / folder).is_dir() for folder in FOLDERS.values()):
+    if test and not all((root / folder).is_dir() for folder in FOLDERS.values()):
         raise INFO.missing(root, "bounding_box_train/, query/ and bounding_box_test/")
-    query, gallery = (_read_folder(root / FOLDERS[name]) for name in ("query", "gallery"))
-    return Splits(train=market1501_train(root), query=Split(*query), gallery=Split(*gallery))
-
-
-def market1501_train(root: str | Path) -> Split:
-    """The training split from `bounding_box_train/` alone (the test folders are not read)."""
-    root = resolve_root(root, FOLDERS["train"], ["Market-1501-v15.09.15", "Market-1501"])
-    return Split(*_read_folder(root / FOLDERS["train"]))
+    query, gallery = (
+        Split(*_read_folder(root / FOLDERS[name])) if test else Split([], [], [])
+        for name in ("query", "gallery")
+    )
+    return Splits(Split(*_read_folder(root / FOLDERS["train"])), query, gallery)
 
 
 class Market1501DataModule(RetrievalDataModule):
@@ -85,4 +83,4 @@ class Market1501DataModule(RetrievalDataModule):
         return market1501_splits(self.root_dir)
 
     def load_train(self) -> Split:
-        return market1501_train(self.root_dir)
+        return market1501_splits(self.root_dir, test=False).train

@@ -50,52 +50,39 @@ def _image_dir(root: Path, name: str) -> Path:
     return upper if upper.is_dir() and not (root / name).is_dir() else root / name
 
 
-def _read_list(root: Path, name: str, images: Path) -> tuple[list[str], list[int], list[int]]:
-    """Paths, person ids and 0-based cameras of one list file."""
-    rows = read_rows(root / name, INFO, 2, numbers={1: "person_id"})
-    cameras = []
-    for relative, _ in rows:
-        fields = relative.rsplit("/", 1)[-1].split("_")  # str ops: 126k lines, Path is slow
-        if len(fields) < 3 or not fields[2].isdigit():
-            raise ValueError(
-                f"{INFO.title}: {root / name} lists {relative!r}, whose name does not hold a "
-                "camera in its third field (PPPP_III_CC_...); is it the official list?"
-            )
-        cameras.append(int(fields[2]) - 1)
-    return [f"{images}/{r}" for r, _ in rows], [int(pid) for _, pid in rows], cameras
+def _read_lists(root: Path, names: list[str], images: Path) -> Split:
+    """The images of the list files `names` in `images`, with person ids and 0-based cameras."""
+    items, ids, cameras = [], [], []
+    for name in names:
+        for relative, pid in read_rows(root / name, INFO, 2, numbers={1: "person_id"}):
+            fields = relative.rsplit("/", 1)[-1].split("_")  # str ops: 126k lines, Path is slow
+            if len(fields) < 3 or not fields[2].isdigit():
+                raise ValueError(
+                    f"{INFO.title}: {root / name} lists {relative!r}, whose name does not hold a "
+                    "camera in its third field (PPPP_III_CC_...); is it the official list?"
+                )
+            items.append(f"{images}/{relative}")
+            ids.append(int(pid))
+            cameras.append(int(fields[2]) - 1)
+    return Split(items, ids, cameras)
 
 
-def msmt17_splits(root: str | Path, include_val: bool = False) -> Splits:
+def msmt17_splits(root: str | Path, include_val: bool = False, *, test: bool = True) -> Splits:
     """Train (`list_train.txt`, + `list_val.txt` if `include_val`), query, gallery; list pids.
 
-    Reads the list files only, so it works where the images are absent.
+    Reads the list files only, so it works where the images are absent; `test` False leaves the
+    query and gallery lists unread (and the splits empty).
     """
     root = resolve_root(root, "list_train.txt", ["MSMT17_V1", "MSMT17_V2"])
-    lists = ["list_train.txt", "list_query.txt", "list_gallery.txt"]
-    for name in [*lists, "list_val.txt"] if include_val else lists:
+    train_lists = ["list_train.txt", "list_val.txt"] if include_val else ["list_train.txt"]
+    test_lists = ["list_query.txt", "list_gallery.txt"]
+    for name in train_lists + (test_lists if test else []):
         if not (root / name).is_file():
             raise INFO.missing(root, name)
-    train = msmt17_train(root, include_val)
-    test_dir = _image_dir(root, IMAGE_DIRS[msmt17_version(root)][1])
-    return Splits(
-        train=train,
-        query=Split(*_read_list(root, "list_query.txt", test_dir)),
-        gallery=Split(*_read_list(root, "list_gallery.txt", test_dir)),
-    )
-
-
-def msmt17_train(root: str | Path, include_val: bool = False) -> Split:
-    """The training split of `msmt17_splits` alone (the query and gallery lists are not read)."""
-    root = resolve_root(root, "list_train.txt", ["MSMT17_V1", "MSMT17_V2"])
-    for name in ["list_train.txt", "list_val.txt"] if include_val else ["list_train.txt"]:
-        if not (root / name).is_file():
-            raise INFO.missing(root, name)
-    train_dir = _image_dir(root, IMAGE_DIRS[msmt17_version(root)][0])
-    items, ids, cameras = _read_list(root, "list_train.txt", train_dir)
-    if include_val:  # the val images sit in the training folder, with training identities
-        val = _read_list(root, "list_val.txt", train_dir)
-        items, ids, cameras = items + val[0], ids + val[1], cameras + val[2]
-    return Split(items, ids, cameras)
+    train_dir, test_dir = (_image_dir(root, name) for name in IMAGE_DIRS[msmt17_version(root)])
+    train = _read_lists(root, train_lists, train_dir)  # val: training identities and folder
+    query, gallery = (_read_lists(root, [name] if test else [], test_dir) for name in test_lists)
+    return Splits(train, query, gallery)
 
 
 class MSMT17DataModule(RetrievalDataModule):
@@ -135,4 +122,4 @@ class MSMT17DataModule(RetrievalDataModule):
         return msmt17_splits(self.root_dir, self.include_val)
 
     def load_train(self) -> Split:
-        return msmt17_train(self.root_dir, self.include_val)
+        return msmt17_splits(self.root_dir, self.include_val, test=False).train

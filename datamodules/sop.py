@@ -27,7 +27,7 @@ INFO = DatasetInfo(
 HEADER = ["image_id", "class_id", "super_class_id", "path"]
 
 
-def _read_list(root: Path, name: str) -> tuple[list[str], list[int]]:
+def _read_list(root: Path, name: str) -> Split:
     path = root / name
     if not path.is_file():
         raise INFO.missing(root, name)
@@ -38,25 +38,17 @@ def _read_list(root: Path, name: str) -> tuple[list[str], list[int]]:
             "is it the official list file?"
         )
     rows = read_rows(path, INFO, 4, header=True, numbers=dict(enumerate(HEADER[:3])))
-    return [str(root / row[3]) for row in rows], [int(row[1]) for row in rows]
-
-
-def sop_splits(root: str | Path) -> Splits:
-    """Train from `Ebay_train.txt`, query (= gallery) from `Ebay_test.txt`; labels: class_id."""
-    root = resolve_root(root, "Ebay_train.txt", ["Stanford_Online_Products"])
-    test_items, test_classes = _read_list(root, "Ebay_test.txt")
-    return Splits(
-        train=sop_train(root),
-        query=Split(test_items, test_classes, [-1] * len(test_items)),
-        gallery=None,
+    return Split(
+        [str(root / row[3]) for row in rows], [int(row[1]) for row in rows], [-1] * len(rows)
     )
 
 
-def sop_train(root: str | Path) -> Split:
-    """The training split from `Ebay_train.txt` alone (`Ebay_test.txt` is not read)."""
+def sop_splits(root: str | Path, *, test: bool = True) -> Splits:
+    """Train from `Ebay_train.txt`, query (= gallery) from `Ebay_test.txt`; labels: class_id.
+    `test` False leaves `Ebay_test.txt` unread (the query is empty)."""
     root = resolve_root(root, "Ebay_train.txt", ["Stanford_Online_Products"])
-    items, classes = _read_list(root, "Ebay_train.txt")
-    return Split(items, classes, [-1] * len(items))
+    query = _read_list(root, "Ebay_test.txt") if test else Split([], [], [])
+    return Splits(train=_read_list(root, "Ebay_train.txt"), query=query, gallery=None)
 
 
 class SOPDataModule(RetrievalDataModule):
@@ -79,4 +71,4 @@ class SOPDataModule(RetrievalDataModule):
         return sop_splits(self.root_dir)
 
     def load_train(self) -> Split:
-        return sop_train(self.root_dir)
+        return sop_splits(self.root_dir, test=False).train
