@@ -42,11 +42,6 @@ class CameraLook:
     blur: float
 
 
-def _hsv(h: float, s: float, v: float) -> tuple[float, float, float]:
-    r, g, b = colorsys.hsv_to_rgb(h % 1.0, s, v)
-    return r, g, b
-
-
 @lru_cache(maxsize=4096)
 def class_look(render_seed: int, class_id: int) -> ClassLook:
     """The fixed look of class `class_id` in the dataset drawn from `render_seed`."""
@@ -57,8 +52,8 @@ def class_look(render_seed: int, class_id: int) -> ClassLook:
         shape=shape,
         param=param,
         ratio=float(rng.uniform(0.35, 0.8)),
-        colour=_hsv(rng.random(), rng.uniform(0.4, 1.0), rng.uniform(0.5, 1.0)),
-        colour2=_hsv(rng.random(), rng.uniform(0.2, 1.0), rng.uniform(0.2, 1.0)),
+        colour=colorsys.hsv_to_rgb(rng.random(), rng.uniform(0.4, 1.0), rng.uniform(0.5, 1.0)),
+        colour2=colorsys.hsv_to_rgb(rng.random(), rng.uniform(0.2, 1.0), rng.uniform(0.2, 1.0)),
         texture=int(rng.integers(3)),
         freq=float(rng.uniform(1.2, 3.5)),
         angle=float(rng.uniform(0.0, np.pi)),

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from core.devices import usable_cores
 from datamodules.base import Split
 from samplers import PKSampler
+from samplers.pk import mixed_seed
 
 
 class FeatureDataset(Dataset):
@@ -47,33 +48,16 @@ class FeatureDataset(Dataset):
         view, i = divmod(index, self.features.shape[1])
         return self.features[view, i], self.split.labels[i], self.split.cameras[i]
 
-    def batch(self, indices: list[int]) -> tuple[Tensor, Tensor, Tensor]:
-        """`(features [B, C], labels [B], cameras [B])` of `indices`: what the default collation
-        of `[self[i] for i in indices]` gives, from one gather instead of B items."""
+    def __getitems__(self, indices: list[int]) -> tuple[Tensor, Tensor, Tensor]:
+        """`(features [B, C], labels [B], cameras [B])`: the default collation of the items at
+        `indices` from one gather (docs/benchmarks/training.md), for `collate_fn=whole_batch`."""
         index = torch.as_tensor(indices, dtype=torch.int64)
         view, i = index // self.features.shape[1], index % self.features.shape[1]
         return self.features[view, i], self._labels[i], self._cameras[i]
 
 
-class WholeBatches(Dataset):
-    """A `FeatureDataset` that a DataLoader reads a batch at a time (`collate_fn=whole_batch`):
-    one gather instead of B indexing calls and a collation (docs/benchmarks/training.md)."""
-
-    def __init__(self, items: FeatureDataset) -> None:
-        self.items = items
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, index: int) -> tuple[Tensor, int, int]:
-        return self.items[index]
-
-    def __getitems__(self, indices: list[int]) -> tuple[Tensor, Tensor, Tensor]:
-        return self.items.batch(indices)
-
-
 def whole_batch(batch: Any) -> Any:
-    """The collation of `WholeBatches`' batches, which arrive collated."""
+    """The collation of `FeatureDataset`'s batches, which arrive collated."""
     return batch
 
 
@@ -101,7 +85,7 @@ class ViewBatchSampler(Sampler[list[int]]):
 
 def epoch_views(seed: int, epoch: int, num_items: int, views: int) -> Tensor:
     """The view (0..views-1) of each of `num_items` items in `epoch`: [N] int64."""
-    gen = torch.Generator().manual_seed(_mixed_seed(seed, epoch, 1))
+    gen = torch.Generator().manual_seed(mixed_seed(seed, epoch, 1))
     return torch.randint(views, (num_items,), generator=gen)
 
 
@@ -121,7 +105,7 @@ class SeededView(Dataset):
 
     def __getitem__(self, i: int) -> Any:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(_mixed_seed(self.seed, self.view, i))
+            torch.manual_seed(mixed_seed(self.seed, self.view, i))
             return self.dataset[i]
 
 
@@ -183,8 +167,3 @@ def _batch_features(extractor: nn.Module, pixels: Tensor, device: torch.device) 
             "features [B, C] (e.g. benchmark.training.embedders.BackboneFeatures)"
         )
     return features.float().cpu()
-
-
-def _mixed_seed(*values: int) -> int:
-    """A 32-bit seed hashing `values` (numpy's SeedSequence), so nearby tuples do not collide."""
-    return int(np.random.SeedSequence([v % 2**64 for v in values]).generate_state(1)[0])

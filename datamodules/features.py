@@ -15,7 +15,7 @@ import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, cast
+from typing import Any, ClassVar, cast
 
 import PIL
 import torch
@@ -31,7 +31,6 @@ from datamodules.feature_views import (
     FeatureDataset,
     SeededView,
     ViewBatchSampler,
-    WholeBatches,
     extract_features,
     whole_batch,
 )
@@ -149,7 +148,10 @@ class CachedFeatureDataModule(RetrievalDataModule):
         views = ViewBatchSampler(
             batches, views=dataset.views, num_items=len(dataset.split), seed=self.seed
         )
-        return DataLoader(WholeBatches(dataset), batch_sampler=views, collate_fn=whole_batch)
+        return DataLoader(dataset, batch_sampler=views, collate_fn=whole_batch)
+
+    def _loader(self, dataset: Dataset, **kwargs: Any) -> DataLoader:
+        return super()._loader(dataset, collate_fn=whole_batch, **kwargs)  # batches from a gather
 
     def _build(self, part: str) -> None:
         train, val, test = self.splits()

@@ -129,7 +129,7 @@ class PKSampler(Sampler[list[int]]):
         return self._len
 
     def __iter__(self) -> Iterator[list[int]]:
-        gen = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
+        gen = torch.Generator().manual_seed(mixed_seed(self.seed, self.epoch))
         batches = self._coverage(gen) if self.mode == "coverage" else self._independent(gen)
         # every rank draws every batch so the generator stays in step; a rank keeps its stride
         for b, batch in enumerate(islice(batches, self._len * self.num_replicas)):
@@ -223,10 +223,10 @@ def _distinct_class_batches(
         yield torch.cat(batch).tolist()
 
 
-def epoch_seed(seed: int, epoch: int) -> int:
-    """A 32-bit seed hashing `(seed, epoch)` (numpy's SeedSequence): `seed + epoch` would make
-    (0, 1) repeat (1, 0)."""
-    return int(np.random.SeedSequence([seed % 2**64, epoch]).generate_state(1)[0])
+def mixed_seed(*values: int) -> int:
+    """A 32-bit seed hashing `values` (numpy's SeedSequence), so that nearby tuples differ:
+    `seed + epoch` would make (0, 1) repeat (1, 0)."""
+    return int(np.random.SeedSequence([v % 2**64 for v in values]).generate_state(1)[0])
 
 
 def _first_distinct(queue: list[int], p: int) -> list[int]:

@@ -221,7 +221,7 @@ def test_each_epoch_shows_one_view_per_sample_drawn_from_seed_epoch_and_index() 
 def test_training_batches_are_the_default_collation_of_their_items(tmp_path: Path) -> None:
     root = _layouts.write_cub(tmp_path / "cub")
     loader = features(cub(root), tmp_path, views=2).train_dataloader()
-    items = loader.dataset.items  # the FeatureDataset, read an item at a time
+    items = loader.dataset  # the FeatureDataset, read an item at a time
     assert items.views == 2
     for indices, batch in zip(loader.batch_sampler, loader, strict=True):
         expected = default_collate([items[i] for i in indices])
