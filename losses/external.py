@@ -3,15 +3,7 @@
 `ExternalLoss(loss)` holds a module `forward(embeddings [B, D], labels [B]) -> scalar` to the
 contract of `losses/base.py` (batch checks, fp32, `last_stats`, a paradigm, a clear error for a
 non-scalar or non-finite value); its parameters (Proxy Anchor's proxies) train as the loss's.
-
-```yaml
-loss:
-  class_path: losses.ExternalLoss
-  init_args:
-    loss:
-      class_path: pytorch_metric_learning.losses.ProxyAnchorLoss
-      init_args: {num_classes: 400, embedding_size: 1280, margin: 0.1, alpha: 32}
-```
+Configuration: docs/extending/external-losses.md.
 """
 
 from __future__ import annotations
