@@ -38,10 +38,9 @@ def msmt17_version(root: Path) -> Version:
     for version, (train_dir, _) in IMAGE_DIRS.items():
         if (root / train_dir).is_dir() or (root / train_dir.replace("v2", "V2")).is_dir():
             return version
-    if root.name.upper().endswith("_V2"):
-        return "V2"
-    if root.name.upper().endswith("_V1"):
-        return "V1"
+    for version in IMAGE_DIRS:
+        if root.name.upper().endswith(f"_{version}"):
+            return version
     raise INFO.missing(root, "train/ and test/ (V1) or mask_train_v2/ and mask_test_v2/ (V2)")
 
 
