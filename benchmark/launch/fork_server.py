@@ -1,9 +1,5 @@
-"""The fork server that leaderboard cells and tuning folds are forked from.
-
-It imports the training stack once and forks a process per run (`forked.run_forked`).
-This module imports nothing heavy, so `circlebench leaderboard` can start the server first and
-let it import while the command imports its own modules (`start_fork_server`).
-"""
+"""The fork server that leaderboard cells and tuning folds are forked from (`forked.run_forked`):
+it imports the training stack once. This module imports nothing heavy (`start_fork_server`)."""
 
 from __future__ import annotations
 
@@ -13,10 +9,8 @@ import multiprocessing.context
 import multiprocessing.forkserver
 from typing import cast
 
-# What the fork server's runs need, imported once there (`preload`, which pauses and then
-# freezes the garbage collector around them). `wandb.init` imports `wandb.sdk.launch` (and
-# W&B's public API under it) on every call, and numba sets itself up at a run's first
-# evaluation: both are paid once here instead.
+# What the server's runs need, imported once there (`preload`). `wandb.init` imports
+# `wandb.sdk.launch` on every call, and numba sets itself up at a run's first evaluation.
 SERVER_IMPORTS = [
     "benchmark.training.cli",
     "wandb.sdk.launch",
@@ -33,12 +27,8 @@ def fork_available() -> bool:
 
 @functools.cache
 def fork_server() -> multiprocessing.context.ForkServerContext:
-    """A fork server that has imported the cells' code (it starts with the first cell, or with
-    `start_fork_server`).
-
-    The server is single-threaded and computes nothing, so forking it is safe where forking
-    this process (whose pool threads wait on cells) would not be.
-    """
+    """The fork server (started by the first fork, or `start_fork_server`): single-threaded and
+    idle, so safe to fork where this process, whose pool threads wait on cells, is not."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
     return cast(multiprocessing.context.ForkServerContext, context)

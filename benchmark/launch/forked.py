@@ -1,14 +1,7 @@
-"""A unit of work in a child of the fork server: its own process group, CPU threads and log.
+"""A unit of work (`Work`) in a child of the fork server: its own process group, threads and log.
 
-A unit (`Work`: a leaderboard cell, a tuning fold) is picklable, runs when called in the
-child, and says from here whether its result exists (`done`): that answer, not the exit status,
-decides a run whose status the fork server lost (`exit_status`).
-
-The child lets go of what it inherits from the server and would otherwise share with every
-other child: the server's "client alive" pipe (`_forked_child`). multiprocessing ends a child
-with `os._exit`, without the interpreter's exit functions: what a run opens it closes itself
-(the training CLI finishes its W&B runs, `loggers.finish_wandb_runs`), and nothing a child
-inherited from the server (W&B's media folder, made at import) is removed by the child's exit.
+The child ends with `os._exit`, without exit functions: what a run opens it closes itself (the
+training CLI finishes its W&B runs), and nothing it inherited from the server is removed.
 """
 
 from __future__ import annotations
@@ -23,9 +16,8 @@ from typing import Any, Protocol, cast
 from benchmark.launch.fork_server import fork_server
 from benchmark.launch.processes import die_with_parent, tracked, use_threads
 
-# What multiprocessing reports when the fork server loses a child's exit status: seen once in
-# 345 leaderboard cells and once in 30 trials of a study, each time after the run had written
-# its result. Then the result, written last and atomically, decides (`exit_status`).
+# What multiprocessing reports when the fork server loses a child's exit status (rarely, after
+# the run wrote its result): then the result, written last and atomically, decides.
 LOST_STATUS = 255
 
 
@@ -65,9 +57,7 @@ def run_forked(work: Work, log: Path, threads: int | None) -> int:
 
 
 def exit_status(reported: int, work: Work, log: Path) -> int:
-    """The exit status of a forked run of `work`: the `reported` one, but 0 where that is
-    `LOST_STATUS` and `work.done()`, since its result is the last thing a run writes; the
-    log then ends with a line that says so."""
+    """`reported`, but 0 where that is `LOST_STATUS` and `work.done()`; the log then says so."""
     if reported != LOST_STATUS or not work.done():
         return reported
     with log.open("a") as out:
@@ -82,12 +72,10 @@ def exit_status(reported: int, work: Work, log: Path) -> int:
 def _forked_child(work: Work, log: str, threads: int | None) -> None:
     """In the forked child: own process group, death with the server, output to `log`."""
     os.setsid()  # a group of its own, so that processes.end_running can end it with its children
-    # The server exits when its client (the process that runs the forks) dies, and the child
-    # with it (PR_SET_PDEATHSIG), but only once no process holds the write end of the server's
-    # "client alive" pipe, which multiprocessing hands to every child it forks: let go of it.
-    # The stdlib's one private name here: read without a default, so that an upstream rename
-    # fails every child loudly (tests/benchmark/launch/test_forked.py) instead of leaving the
-    # pipe open and the children alive after their client.
+    # The server (and with it the child) exits when its client dies, but only once no process
+    # holds the write end of its "client alive" pipe, which every child inherits: let go of it.
+    # multiprocessing's one private name here, read without a default: a rename upstream fails
+    # every child loudly (tests/benchmark/launch/test_forked.py) instead of keeping the pipe.
     server = cast(Any, multiprocessing.forkserver._forkserver)
     os.close(server._forkserver_alive_fd)
     server._forkserver_alive_fd = None

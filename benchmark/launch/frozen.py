@@ -1,14 +1,8 @@
 """Python's garbage collector around the training stack's imports: paused, then frozen.
 
-Importing torch, Lightning, W&B and the rest makes hundreds of thousands of objects that live as
-long as the process. Without this, the collector walks them all several times while they are
-imported, and once more in the first full collection after them (in a run forked from the fork
-server, that collection also writes to every object's header, copying each page it shares with
-the server). So the imports run with the collector off, and then everything they made is
-frozen (`gc.freeze`: the permanent generation, which no collection walks) before it is turned
-back on, as Python's documentation recommends before forking. The garbage among them is frozen
-with the rest: collecting it first would cost another full walk. The figures are in
-docs/benchmarks/training.md.
+The imports make hundreds of thousands of objects that live as long as the process; frozen
+(`gc.freeze`), no collection walks them, nor copies their pages in a forked run. Their garbage
+is frozen too: collecting it would cost another full walk. Figures: docs/benchmarks/training.md.
 """
 
 from __future__ import annotations
@@ -33,9 +27,8 @@ def paused() -> Iterator[None]:
 
 
 def import_frozen(name: str) -> ModuleType:
-    """`importlib.import_module(name)`, paused and frozen the first time in this process only:
-    later, what is alive may be an earlier command's garbage, which freezing would keep forever
-    (a notebook, the test suite)."""
+    """`importlib.import_module(name)`, paused and frozen only the first time: later, what is
+    alive may be an earlier command's garbage, which freezing would keep forever."""
     if name in sys.modules:
         return importlib.import_module(name)
     with paused():

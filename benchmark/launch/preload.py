@@ -1,11 +1,6 @@
-"""The fork server's one preload: `fork_server.SERVER_IMPORTS`, imported with the garbage
-collector paused, then frozen (`frozen.paused`), so that no forked run's collector walks what
-the server holds.
-
-Importing this module does the work; multiprocessing's fork server imports it before forking
-anything. As the server does with its preloads, a module that is not installed is skipped. The
-block starts no thread, which keeps the server safe to fork.
-"""
+"""The fork server's one preload, imported by it before any fork: `fork_server.SERVER_IMPORTS`
+with the garbage collector paused, then frozen; a module not installed is skipped. It starts
+no thread, which keeps the server safe to fork."""
 
 import contextlib
 import importlib

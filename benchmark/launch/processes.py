@@ -1,11 +1,6 @@
-"""Runs in processes of their own: process groups that die with this process, their CPU
-threads, and where their output goes.
-
-A run started here (`run_in_own_group`, `forked.run_forked`) leads a process group of its own,
-which `end_running` ends with its children on Ctrl-C or an error here; if this process is
-killed outright, Linux sends the run SIGKILL (`PR_SET_PDEATHSIG`), so no orphan goes on to
-write results later.
-"""
+"""Runs in process groups of their own, their CPU threads and their output. `end_running` ends
+the groups on Ctrl-C or an error here; if this process is killed outright, Linux sends each run
+SIGKILL (`PR_SET_PDEATHSIG`), so no orphan goes on to write results later."""
 
 from __future__ import annotations
 
@@ -91,10 +86,8 @@ def use_threads(threads: int | None) -> None:
 
 @contextlib.contextmanager
 def redirected_fds(target: int) -> Iterator[None]:
-    """Send this process's stdout and stderr to the open file descriptor `target` meanwhile.
-
-    At the descriptor level, so that C extensions and already-built logging handlers follow.
-    """
+    """Send this process's stdout and stderr to the file descriptor `target` meanwhile (at the
+    descriptor level, so that C extensions and logging handlers follow)."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]

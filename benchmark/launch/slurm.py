@@ -1,13 +1,9 @@
-"""Slurm through submitit: what each array task asks for, submitting an array of tasks, and
-the jobs' states from Slurm's accounting (`sacct`).
+"""Slurm through submitit: what each array task asks for, submitting an array of tasks
+(`slurm_tasks`), and the jobs' states from Slurm's accounting (`sacct`).
 
-Generic over what a task runs (`slurm_tasks`): a leaderboard cell, or any picklable callable
-such as a tuning worker (`CallTask`s to `submit_array`, then `wait_for_jobs`). One array task is
-one Slurm job of `nodes × tasks_per_node` Slurm tasks, each running the same callable: one
-Lightning process per GPU, which `pytorch_lightning` ranks through its `SLURMEnvironment` (a
-cell on several GPUs or nodes stays Lightning's job), or one process for `one_task` (a tuning
-worker). The jobs run in the submitting directory, with the submitting interpreter and this
-checkout first on `PYTHONPATH`, so the file system must be shared.
+An array task is one job of `nodes × tasks_per_node` Slurm tasks running the same callable: one
+Lightning process per GPU (ranked by Lightning's `SLURMEnvironment`), or one for `one_task`.
+Jobs run in the submitting directory with this checkout first on `PYTHONPATH` (a shared disk).
 """
 
 from __future__ import annotations
@@ -28,21 +24,18 @@ from benchmark.launch.processes import thread_environment
 from benchmark.launch.slurm_tasks import SlurmTask
 
 CODE_ROOT = Path(__file__).resolve().parents[2]  # the checkout the jobs import
-# Requeues after Slurm's signal before the time limit: a cell longer than the partition's time
-# limit goes on from its last epoch's checkpoint up to this many times (submitit's countdown).
+# Requeues at the time limit (submitit's countdown): a longer cell resumes up to this many times.
 MAX_TIME_LIMIT_REQUEUES = 3
 # sacct states of a job that may still run (Slurm's job state codes); any other state is final.
 ACTIVE_STATES = frozenset(
     {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"}
     | {"COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "STOPPED"}
 )
-# How long a job that Slurm has forgotten (neither sacct nor squeue lists it) must stay so
-# before a wait takes it as ended: a requeued array task is briefly invisible to both.
+# How long a job neither sacct nor squeue lists must stay so before a wait takes it as ended
+# (a requeued array task is briefly invisible to both).
 UNKNOWN_GRACE_S = 60.0
-# How long a job must stay ended before a wait reports it failed: while Slurm requeues a job,
-# accounting can call its last attempt FAILED before it hears of the requeue, and `squeue`,
-# which would say PENDING, can miss a beat on a busy controller: one such poll must not fail a
-# cell that goes on.
+# How long a job must stay ended before a wait reports it failed: during a requeue, accounting
+# can call the last attempt FAILED, and squeue miss a beat, before the job runs again.
 SETTLE_S = 15.0
 
 
@@ -179,12 +172,9 @@ class JobState:
 
 
 def job_states(job_ids: Iterable[str]) -> dict[str, JobState]:
-    """The state of each of `job_ids` (`<array>_<index>` or plain ids): from `sacct`, else, for
-    a job accounting has not recorded yet (just submitted on a busy cluster), from `squeue`,
-    else `UNKNOWN` (a job neither knows any more). A job that accounting reports ended but the
-    queue still holds as pending or running is active: accounting (slurmdbd) hears of a requeue
-    after the attempt's end, so for a moment it reported a requeued cell as FAILED (seen on the
-    tests' one-node Slurm, where the leaderboard then gave up on a cell that went on)."""
+    """The state of each of `job_ids` (`<array>_<index>` or plain ids): from `sacct`, else from
+    `squeue` (a job accounting has not recorded yet), else `UNKNOWN`. A job that the queue holds
+    as active is active, whatever accounting says (it hears of a requeue late)."""
     ids = list(job_ids)
     if not ids:
         return {}
@@ -238,11 +228,9 @@ def _seconds(elapsed: str) -> float:
 
 
 class JobWatch:
-    """`job_states` for a wait that polls: a job that neither `sacct` nor `squeue` knows is
-    left out (still undecided) until it has stayed unknown for `grace_s` seconds. While Slurm
-    requeues an array task, both can miss it for a moment (seen on the tests' one-node Slurm);
-    reading that as the job's end would report a running cell as failed. `ended_for` says how
-    long a job has been seen ended, for a wait to hold off a verdict of failure (`SETTLE_S`)."""
+    """`job_states` for a wait that polls: a job unknown to both `sacct` and `squeue` is left
+    out (undecided) until it has stayed unknown for `grace_s` seconds (a requeue can hide it);
+    `ended_for` says how long a job has been seen ended (a wait holds off for `SETTLE_S`)."""
 
     def __init__(
         self,

@@ -1,15 +1,10 @@
-"""What one Slurm array task runs on its node: `SlurmTask` subclasses (a leaderboard cell's
-`leaderboard.cell_task.CellTask`), or any callable (`CallTask`).
+"""What one Slurm array task runs on its node: a `SlurmTask` (a leaderboard cell's `CellTask`),
+or any callable (`CallTask`).
 
-Preemption is submitit's job, not Lightning's. Slurm signals a job (USR2, 90 s) before its time
-limit; submitit's handler calls the task's `checkpoint` (`Checkpointable`: the same task again)
-and requeues the job with `scontrol requeue`. Slurm itself requeues a preempted job or one whose
-node failed (`--requeue`). Either way the task starts again with `SLURM_RESTART_COUNT` > 0, and a
-cell's `fit` then resumes from the `last.ckpt` of its own run folder, which the training code
-rewrites after every epoch: the resumed run ends with the uninterrupted run's weights.
-Lightning's `SLURMEnvironment` auto-requeue (on USR1) is kept out: it saves `hpc_ckpt_N.ckpt`
-in `default_root_dir`, which every cell of a suite shares, and any later run there would
-resume from whichever cell's checkpoint is newest.
+Requeues are submitit's and Slurm's (time limit, preemption, node failure); the task then starts
+again with `SLURM_RESTART_COUNT` > 0 and a cell resumes from its own run's `last.ckpt`.
+Lightning's auto-requeue (USR1) is kept out: its `hpc_ckpt_N.ckpt` in the `default_root_dir`
+that every cell of a suite shares would resume any later run from another cell's checkpoint.
 """
 
 from __future__ import annotations
@@ -27,10 +22,9 @@ from benchmark.launch.processes import redirected_fds, use_threads
 
 
 class SlurmTask(Checkpointable, abc.ABC):
-    """One array task: `run()` with its output in `log` (appended to after a restart) and
-    `threads` CPU threads; rank k > 0 of a multi-GPU task writes `<log stem>.rank<k>.log`.
-    Returns what `run()` returns, which submitit keeps in the job's result file.
-    """
+    """One array task: `run()` with its output in `log` (appended to after a restart; rank k > 0
+    writes `<log stem>.rank<k>.log`) and `threads` CPU threads; what `run()` returns, which
+    submitit keeps in the job's result file."""
 
     def __init__(self, log: Path, threads: int | None) -> None:
         self.log, self.threads = log, threads
