@@ -11,7 +11,7 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -119,6 +119,14 @@ class CellSettings:
     wandb: bool = True
     threads: int | None = None
     suite: str = ""
+
+    def work(self, cell: Cell, recipe: str, extra: Sequence[str] = ()) -> CellWork:
+        """The cell's `CellWork` in this suite run, `extra` options (a launcher's) appended."""
+        runs = self.work_dir / "runs"
+        args = cell_args(
+            cell, self.rows_csv, runs, wandb=self.wandb, suite=self.suite, recipe=recipe
+        )
+        return CellWork([*args, *extra], self.rows_csv, cell.cell_id)
 
 
 @contextlib.contextmanager

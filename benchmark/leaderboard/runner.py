@@ -1,13 +1,8 @@
-"""The local launcher: a suite's cells in processes on this machine, `jobs` at a time.
-
-A cell is finished when the suite's rows CSV holds a row with its `cell_id`, so an interrupted
-suite resumes where it stopped (`cells.unfinished_cells`). Each cell's output goes to
-`<logs>/<cell id>.log`; the terminal shows only the progress bar and one line per cell.
-
-Cells run in processes of their own. By default (`fork_runner`) each is forked from a server
-process that imported the training stack once: a fresh `python -m benchmark.training.cli`
-spends longer importing Lightning, torchvision and timm than a frozen-track cell spends training
-(docs/benchmarks/training.md, "Cells per minute").
+"""The local launcher: a suite's unfinished cells (`cells.unfinished_cells`) in processes on this
+machine, `jobs` at a time, each with its log (`cells.cell_log`); the terminal shows a progress
+bar and one line per cell. By default (`fork_runner`) a cell is forked from a server that
+imported the training stack once, which a fresh interpreter would spend longer on than a
+frozen-track cell spends training.
 """
 
 from __future__ import annotations
@@ -33,7 +28,6 @@ from benchmark.leaderboard.cells import (
     CellSettings,
     CellWork,
     RunSummary,
-    cell_args,
     cell_log,
     suite_lock,
     unfinished_cells,
@@ -92,70 +86,45 @@ def in_process_runner(cell: CellWork, log: Path, threads: int | None) -> None:
 def run_cells(
     cells: list[Cell], settings: CellSettings, *, root: Path, console: Console, jobs: int = 1
 ) -> RunSummary:
-    """Run every unfinished cell whose data is present; never stops at a failing cell.
-
-    Args:
-        jobs: cells run at once (each with the suite's threads); 1 runs them one after another.
-    """
+    """Run every unfinished cell whose data is present, `jobs` at a time (each with the suite's
+    threads); never stops at a failing cell."""
     summary = RunSummary()
     with suite_lock(settings.work_dir):
-        _run_unfinished(cells, settings, summary, root=root, console=console, jobs=jobs)
+        todo, recipes = unfinished_cells(cells, settings, summary, root=root, console=console)
+        # Floors (test only, the shortest cells) last: with `jobs` > 1 they fill the time the
+        # last long cell would otherwise run alone.
+        todo.sort(key=lambda cell: cell.command == "test")
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+        with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
+            bar = progress.add_task("cells", total=len(cells), completed=len(cells) - len(todo))
+
+            def run(cell: Cell) -> None:
+                progress.update(bar, description=cell.cell_id)
+                log = cell_log(settings.work_dir, cell.cell_id)
+                log.parent.mkdir(parents=True, exist_ok=True)
+                work = settings.work(cell, recipes[cell.cell_id])
+                start = time.perf_counter()
+                try:
+                    settings.runner(work, log, settings.threads)
+                    if not work.done():
+                        raise CellFailedError(
+                            f"{cell.command} ended but wrote no row to {settings.rows_csv}"
+                        )
+                    seconds = time.perf_counter() - start
+                    summary.ran[cell.cell_id] = seconds
+                    progress.console.print(f"[green]done[/] {cell.cell_id} in {seconds:.0f} s")
+                except CellFailedError as error:
+                    summary.failed[cell.cell_id] = f"{error}; log: {log}"
+                    print_failure(progress.console, cell.cell_id, str(error), log)
+                progress.advance(bar)
+
+            pool = ThreadPoolExecutor(max_workers=jobs)  # its threads only wait on processes
+            try:
+                list(pool.map(run, todo))
+            except BaseException:  # Ctrl-C: end the cells now, not when they finish
+                end_running()
+                raise
+            finally:
+                pool.shutdown(cancel_futures=True)
+            progress.update(bar, description="cells")
     return summary
-
-
-def _run_unfinished(
-    cells: list[Cell],
-    settings: CellSettings,
-    summary: RunSummary,
-    *,
-    root: Path,
-    console: Console,
-    jobs: int,
-) -> None:
-    todo, recipes = unfinished_cells(cells, settings, summary, root=root, console=console)
-    # Floors last: a floor only tests, so it is shorter than any cell that trains (and tests) in
-    # its group, and with `jobs` > 1 the short cells at the end fill the time the last long one
-    # would otherwise run alone, leaving a core idle.
-    todo.sort(key=lambda cell: cell.command == "test")
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
-        task = progress.add_task("cells", total=len(cells), completed=len(cells) - len(todo))
-
-        def run(cell: Cell) -> None:
-            progress.update(task, description=cell.cell_id)
-            _run_one(cell, recipes[cell.cell_id], settings, summary, progress.console)
-            progress.advance(task)
-
-        pool = ThreadPoolExecutor(max_workers=jobs)  # its threads only wait on processes
-        try:
-            list(pool.map(run, todo))
-        except BaseException:  # Ctrl-C: end the cells now, not when they finish
-            end_running()
-            raise
-        finally:
-            pool.shutdown(cancel_futures=True)
-        progress.update(task, description="cells")
-
-
-def _run_one(
-    cell: Cell, recipe: str, settings: CellSettings, summary: RunSummary, console: Console
-) -> None:
-    log = cell_log(settings.work_dir, cell.cell_id)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    runs = settings.work_dir / "runs"
-    args = cell_args(
-        cell, settings.rows_csv, runs, wandb=settings.wandb, suite=settings.suite, recipe=recipe
-    )
-    work = CellWork(args, settings.rows_csv, cell.cell_id)
-    start = time.perf_counter()
-    try:
-        settings.runner(work, log, settings.threads)
-        if not work.done():
-            raise CellFailedError(f"{cell.command} ended but wrote no row to {settings.rows_csv}")
-    except CellFailedError as error:
-        summary.failed[cell.cell_id] = f"{error}; log: {log}"
-        print_failure(console, cell.cell_id, str(error), log)
-        return
-    seconds = time.perf_counter() - start
-    summary.ran[cell.cell_id] = seconds
-    console.print(f"[green]done[/] {cell.cell_id} in {seconds:.0f} s")

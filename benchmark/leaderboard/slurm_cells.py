@@ -35,7 +35,6 @@ from benchmark.leaderboard.cell_task import CellTask
 from benchmark.leaderboard.cells import (
     CellSettings,
     RunSummary,
-    cell_args,
     cell_log,
     has_row,
     row_recipes,
@@ -109,7 +108,17 @@ def run_cells_on_slurm(
             cancel(outdated)
             console.print(f"cancelled {len(outdated)} job(s) of cells whose recipe changed")
         if submit:
-            jobs = _submit(submit, recipes, settings, options)
+            tasks = [
+                CellTask(
+                    settings.work(cell, recipes[cell.cell_id], options.trainer_args()),
+                    cell_log(work, cell.cell_id),
+                    settings.threads,
+                    recipe=recipes[cell.cell_id],
+                    run_root=work / "runs",
+                )
+                for cell in submit
+            ]
+            jobs = submit_array(tasks, work / "slurm", options, settings.threads)
             for cell, job in zip(submit, jobs, strict=True):
                 ledger[cell.cell_id] = Submitted(job, recipes[cell.cell_id])
                 waiting[cell.cell_id] = job
@@ -118,33 +127,6 @@ def run_cells_on_slurm(
             console.print(f"submitted {len(submit)} cell(s) as Slurm job array {array}")
         _wait(waiting, len(cells), settings, summary, console)
     return summary
-
-
-def _submit(
-    cells: list[Cell], recipes: dict[str, str], settings: CellSettings, options: SlurmOptions
-) -> list[str]:
-    runs = settings.work_dir / "runs"
-    tasks = [
-        CellTask(
-            cell_args(
-                cell,
-                settings.rows_csv,
-                runs,
-                wandb=settings.wandb,
-                suite=settings.suite,
-                recipe=recipes[cell.cell_id],
-            )
-            + options.trainer_args(),
-            cell_log(settings.work_dir, cell.cell_id),
-            settings.threads,
-            cell_id=cell.cell_id,
-            recipe=recipes[cell.cell_id],
-            rows_csv=settings.rows_csv,
-            run_root=runs,
-        )
-        for cell in cells
-    ]
-    return submit_array(tasks, settings.work_dir / "slurm", options, settings.threads)
 
 
 def _wait(

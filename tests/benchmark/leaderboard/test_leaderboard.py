@@ -21,7 +21,7 @@ from benchmark.launch import forked
 from benchmark.leaderboard import command as leaderboard
 from benchmark.leaderboard import numerics, runner
 from benchmark.leaderboard.aggregate import aggregate_rows, ci95, compared, read_leaderboard
-from benchmark.leaderboard.cells import CellWork
+from benchmark.leaderboard.cells import CellWork, cell_args
 from benchmark.leaderboard.check import compare
 from benchmark.leaderboard.markdown import (
     format_difference,
@@ -365,7 +365,7 @@ def test_a_group_floor_adds_one_test_cell_per_seed(project: Path) -> None:
         "a/circle/seed3", "a/circle/seed4", "b/circle/seed0",
     ]  # fmt: skip
     assert {c.seed for c in load_suite("g", project, seeds=[9]).cells()} == {9}
-    args = runner.cell_args(cells[0], project / "rows.csv", project / "runs")
+    args = cell_args(cells[0], project / "rows.csv", project / "runs")
     assert args[:3] == ["test", "--config", "experiments/syn/circle.yaml"]
     (project / "experiments/suites/f.yaml").write_text(
         "groups:\n  syn: {configs: experiments/syn/*.yaml, floor: experiments/syn/none.yaml}\n"

@@ -20,7 +20,7 @@ from benchmark.launch.slurm_tasks import CallTask
 from benchmark.leaderboard import command as leaderboard
 from benchmark.leaderboard import slurm_cells
 from benchmark.leaderboard.cell_task import CellTask, resumable_run
-from benchmark.leaderboard.cells import cell_args
+from benchmark.leaderboard.cells import CellWork, cell_args
 from benchmark.leaderboard.suite import load_suite
 from benchmark.training.cli import CircleBenchCLI
 from benchmark.training.rows import read_results
@@ -276,10 +276,10 @@ def test_a_cell_that_looks_failed_while_requeued_is_waited_for(
         out = {}
         for job in jobs:
             task = tasks_of[job]
-            fate = fates.get(task.cell_id, ["COMPLETED"])
+            fate = fates.get(task.work.cell_id, ["COMPLETED"])
             state = fate.pop(0) if len(fate) > 1 else fate[0]
             if state == "COMPLETED":
-                write(task.args, task.log, task.threads)
+                write(task.work.args, task.log, task.threads)
             out[job] = JobState(job, state)
         return out
 
@@ -310,12 +310,12 @@ def test_time_limit_and_node_failure_are_reported_and_only_those_cells_rerun(
 
     def submit_array(tasks, folder, options, threads):
         assert threads is None and options.cpus == 8  # the suite does not pin threads
-        submitted.append([task.cell_id for task in tasks])
+        submitted.append([task.work.cell_id for task in tasks])
         jobs = [f"{len(submitted)}_{i}" for i in range(len(tasks))]
         for job, task in zip(jobs, tasks, strict=True):
-            ends[job] = fate.get(task.cell_id, "COMPLETED")
+            ends[job] = fate.get(task.work.cell_id, "COMPLETED")
             if ends[job] == "COMPLETED":
-                write(task.args, task.log, task.threads)
+                write(task.work.args, task.log, task.threads)
         return jobs
 
     def states(jobs):
@@ -350,7 +350,7 @@ def test_a_pending_job_of_a_changed_cell_is_cancelled_and_the_cell_submitted_aga
 
     def submit_array(tasks, folder, options, threads):
         for task in tasks:
-            write(task.args, task.log, task.threads)
+            write(task.work.args, task.log, task.threads)
         return [f"6_{i}" for i in range(len(tasks))]
 
     def states(jobs):
@@ -386,8 +386,8 @@ def test_a_restarted_cell_resumes_its_own_run_and_a_cell_with_a_row_does_nothing
     calls: list[list[str]] = []
     monkeypatch.setattr("benchmark.training.cli.main", calls.append)
     rows = tmp_path / "rows.csv"
-    task = CellTask(["fit", "--a=1"], tmp_path / "c.log", None, cell_id="g/circle/seed0",
-                    recipe="r1", rows_csv=rows, run_root=runs)  # fmt: skip
+    work = CellWork(["fit", "--a=1"], rows, "g/circle/seed0")
+    task = CellTask(work, tmp_path / "c.log", None, recipe="r1", run_root=runs)
     task.run(restarts=0)
     task.run(restarts=1)
     assert calls == [["fit", "--a=1"], ["fit", "--a=1", f"--ckpt_path={mine}"]]
