@@ -52,6 +52,12 @@ def compared(board: pd.DataFrame) -> pd.DataFrame:
     return board[tuned | floor]
 
 
+def board_metrics(entries: pd.DataFrame) -> list[str]:
+    """The registry's metrics with a `<metric>_mean` value in `entries`, in registry order."""
+    means = [c[: -len("_mean")] for c in entries if c.endswith("_mean")]
+    return [m for m in metric_columns(means) if entries[f"{m}_mean"].notna().any()]
+
+
 def _floor(entry: pd.Series, group: pd.DataFrame) -> pd.Series:
     return (group["loss"] == FLOOR_LOSS) & is_tuned(entry)
 

@@ -35,9 +35,8 @@ import wandb_workspaces.reports.v2 as wr
 from wandb_workspaces import expr
 
 from benchmark.errors import ArgumentParser
-from benchmark.evaluation.metrics import metric_columns
-from benchmark.leaderboard.aggregate import TUNED, aggregate_rows
-from benchmark.leaderboard.run_logs import experiments, logged_columns
+from benchmark.leaderboard.aggregate import TUNED, aggregate_rows, board_metrics
+from benchmark.leaderboard.run_logs import logged_columns, runs_of
 from benchmark.leaderboard.suite import Suite, load_suite
 from benchmark.leaderboard.wandb_views import ViewStore, WandbViewStore, publish_within
 from benchmark.manual import manual_line
@@ -69,10 +68,8 @@ def build_view(board: pd.DataFrame, rows: pd.DataFrame, suite: str, entity: str 
     table = wr.WeavePanelSummaryTable(table_name="leaderboard", layout=wr.Layout(w=24, h=12))
     table_grid = wr.PanelGrid(runsets=[board_runs], panels=[table])
     blocks: list[Any] = [wr.H1("Leaderboard"), table_grid]
-    run_groups = experiments(rows).str.split("/").str[0] if len(rows) else pd.Series([])
     for group, entries in board.groupby("group", sort=False):
-        runs = rows[run_groups == group] if len(rows) else rows
-        blocks += _group_section(str(group), entries, runs, suite, entity)
+        blocks += _group_section(str(group), entries, runs_of(rows, entries), suite, entity)
     view = wr.Report(
         project=LEADERBOARD_PROJECT,
         entity=entity,
@@ -111,7 +108,7 @@ def _group_section(
         )
         for dataset in datasets
     ]
-    metrics = _metrics(entries)
+    metrics = board_metrics(entries)
     panels = _metric_panels(metrics, logged_columns(runs))
     params = _hyper_parameters(entries)
     if params and metrics:
@@ -188,12 +185,6 @@ def _parallel_coordinates(params: list[str], metric: str) -> wr.ParallelCoordina
     ]
     columns.append(wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric(f"test/{metric}")))
     return wr.ParallelCoordinatesPlot(title="loss hyper-parameters", columns=columns)
-
-
-def _metrics(entries: pd.DataFrame) -> list[str]:
-    """The registry's metrics that this group measured, in registry order."""
-    means = [c[: -len("_mean")] for c in entries if c.endswith("_mean")]
-    return [m for m in metric_columns(means) if entries[f"{m}_mean"].notna().any()]
 
 
 def _hyper_parameters(entries: pd.DataFrame) -> list[str]:

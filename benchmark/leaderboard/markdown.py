@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmark.evaluation.metrics import metric_columns
-from benchmark.leaderboard.aggregate import is_tuned
+from benchmark.leaderboard.aggregate import REFERENCES, board_metrics, is_tuned
 from benchmark.training.results import FLOOR_LOSS
 from benchmark.tuning.tuned import GroupStudies
 
@@ -172,12 +171,8 @@ def _group_table(
         facts += f", P×K `{rows['p'].iloc[0]}×{rows['k'].iloc[0]}`"
     if "requires" in rows and rows["requires"].iloc[0]:
         facts += f"; needs `{rows['requires'].iloc[0]}`"
-    metrics = [m for m in metric_columns([c[:-5] for c in rows if c.endswith("_mean")])]
-    metrics = [m for m in metrics if rows[f"{m}_mean"].notna().any()]
-    deltas = [
-        r for r in ("floor", "circle", "default")
-        if metrics and rows.get(f"{metrics[0]}_vs_{r}_mean", pd.Series()).notna().any()
-    ]  # fmt: skip
+    metrics = board_metrics(rows)
+    deltas = _references(rows, metrics[0]) if metrics else []
     delta_heads = [f"Δ {_REFERENCE_NAMES[r]} {metrics[0]}" for r in deltas]
     tuned = rows.apply(is_tuned, axis=1).any()
     settings = ["setting"] if tuned else []
@@ -199,6 +194,11 @@ def _group_table(
         cells.append("–" if pd.isna(wall) else f"{float(wall):.0f}")
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
+
+
+def _references(rows: pd.DataFrame, metric: str) -> list[str]:
+    """The references (`aggregate.REFERENCES`) that some row of `rows` has a difference to."""
+    return [r for r in REFERENCES if rows.get(f"{metric}_vs_{r}_mean", pd.Series()).notna().any()]
 
 
 def untuned_note(rows: pd.DataFrame) -> list[str]:
@@ -227,15 +227,11 @@ def terminal_summary(board: pd.DataFrame) -> list[tuple[str, list[list[str]]]]:
     to pair-wise Circle loss: what the command prints when it has aggregated the board."""
     tables = []
     for group, rows in board.groupby("group", sort=False):
-        metrics = metric_columns([c[:-5] for c in rows if c.endswith("_mean")])
-        metrics = [m for m in metrics if rows[f"{m}_mean"].notna().any()]
+        metrics = board_metrics(rows)
         if not metrics:
             continue
         first = metrics[0]
-        references = [
-            r for r in ("floor", "circle", "default")
-            if rows.get(f"{first}_vs_{r}_mean", pd.Series()).notna().any()
-        ]  # fmt: skip
+        references = _references(rows, first)
         tuned = rows.apply(is_tuned, axis=1).any()
         head = ["loss", "labels", *(["setting"] if tuned else []), "seeds", first]
         body = [head + [f"Δ {_REFERENCE_NAMES[r]} {first}" for r in references]]

@@ -21,9 +21,8 @@ import pandas as pd
 from matplotlib.colors import TABLEAU_COLORS
 from matplotlib.figure import Figure
 
-from benchmark.evaluation.metrics import metric_columns
-from benchmark.leaderboard.aggregate import compared
-from benchmark.leaderboard.run_logs import experiments, final_similarities, training_curves
+from benchmark.leaderboard.aggregate import board_metrics, compared
+from benchmark.leaderboard.run_logs import final_similarities, runs_of, training_curves
 
 KINDS = ("recall_at_k", "sp_sn_training", "sp_sn_scatter")  # the file name's `<kind>_<group>`
 DPI = 100
@@ -40,14 +39,12 @@ def write_plots(board: pd.DataFrame, rows: pd.DataFrame, out_dir: Path) -> list[
     files written (runs without logs get none)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    experiment = experiments(rows)
     shown = compared(board)
     for group in set(board["group"]) - set(shown["group"]):  # an earlier run's, now stale
         for kind in KINDS:
             (out_dir / f"{kind}_{group}.png").unlink(missing_ok=True)
     for group, entries in shown.groupby("group", sort=False):
-        runs = rows[experiment.isin(entries["experiment"])]
-        for kind, figure in group_figures(entries, runs).items():
+        for kind, figure in group_figures(entries, runs_of(rows, entries)).items():
             path = out_dir / f"{kind}_{group}.png"
             path.write_bytes(png(figure))
             written.append(path)
@@ -79,8 +76,7 @@ def _label(experiment: str) -> str:
 
 def recall_plot(entries: pd.DataFrame) -> Figure:
     """R@K (mean, 95 % CI bars) against K on a log axis, one line per experiment."""
-    recalls = [m for m in metric_columns([c[:-5] for c in entries if c.endswith("_mean")])]
-    recalls = [m for m in recalls if m.startswith("R@") and entries[f"{m}_mean"].notna().any()]
+    recalls = [m for m in board_metrics(entries) if m.startswith("R@")]
     ks = [int(m[2:]) for m in recalls]
     fig = Figure(figsize=(7.5, 4))
     ax = fig.subplots()

@@ -23,7 +23,7 @@ from benchmark.leaderboard.aggregate import compared
 from benchmark.leaderboard.markdown import format_params, setting, tuning_rows, untuned_note
 from benchmark.leaderboard.plots import group_figures, png
 from benchmark.leaderboard.report_tuning import optimisation_history, tuned_vs_default
-from benchmark.leaderboard.run_logs import experiments
+from benchmark.leaderboard.run_logs import runs_of
 from benchmark.training.atomic import write_text
 from benchmark.tuning.tuned import GroupStudies
 
@@ -50,25 +50,8 @@ def write_report(
     fingerprint: str | None = None,
     studies: dict[str, GroupStudies] | None = None,
 ) -> Path:
-    """Write the page for `board` (one row per experiment) and its runs' `rows` atomically;
+    """Write the page of `board` (one row per experiment) and its runs' `rows` atomically;
     `studies` are the tuning studies of the groups that tune."""
-    page = report_html(
-        board, rows, title=title, description=description, fingerprint=fingerprint, studies=studies
-    )
-    write_text(path, page)
-    return path
-
-
-def report_html(
-    board: pd.DataFrame,
-    rows: pd.DataFrame,
-    *,
-    title: str,
-    description: str = "",
-    fingerprint: str | None = None,
-    studies: dict[str, GroupStudies] | None = None,
-) -> str:
-    """The whole page as a string (see the module docstring)."""
     facts = [("numerics fingerprint", fingerprint or "not recorded")]
     body = [f"<h1>{_e(title)}</h1>"]
     if description:
@@ -79,16 +62,13 @@ def report_html(
         "<p class='note'>Metrics in percent: mean ± half-width of the 95 % Student-t "
         "confidence interval over seeds (none for one seed). Click a column header to sort.</p>"
     )
-    run_groups = experiments(rows).str.split("/").str[0] if len(rows) else pd.Series([])
     for index, (group, entries) in enumerate(board.groupby("group", sort=False)):
-        runs = rows[run_groups == group] if len(rows) else rows
         body.append(f"<section id='group-{index}'><h2>{_e(str(group))}</h2>")
         body.append(_facts(_group_facts(entries)))
         body += [f"<p class='note'>{_e(line)}</p>" for line in untuned_note(entries) if line]
         body.append(_table(entries))
         shown = compared(entries)  # the figures compare tuned losses only
-        runs = runs[experiments(runs).isin(shown["experiment"])] if len(runs) else runs
-        figures = group_figures(shown, runs) if len(shown) else {}
+        figures = group_figures(shown, runs_of(rows, shown)) if len(shown) else {}
         if studies and str(group) in studies:
             intro, head, table = tuning_rows(studies[str(group)])
             body.append(f"<h3>Tuning</h3><p>{_e(intro)}</p>{_plain_table(head, table)}")
@@ -101,7 +81,8 @@ def report_html(
         body += [_image(f"fig-{index}-{kind}", kind, figure) for kind, figure in figures.items()]
         body.append("</section>")
     page = {"title": _e(title), "style": _STYLE, "script": _SCRIPT}
-    return _PAGE.format(body="\n".join(body), **page)
+    write_text(path, _PAGE.format(body="\n".join(body), **page))
+    return path
 
 
 def _metrics(entries: pd.DataFrame) -> list[str]:

@@ -26,6 +26,11 @@ def experiments(rows: pd.DataFrame) -> pd.Series:
     return rows["cell_id"].str.rsplit("/", n=1).str[0]
 
 
+def runs_of(rows: pd.DataFrame, entries: pd.DataFrame) -> pd.DataFrame:
+    """The results rows of the experiments of board `entries`."""
+    return rows[experiments(rows).isin(entries["experiment"])] if len(rows) else rows
+
+
 def training_curves(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Per experiment with logs: `train/sp_mean`, `train/sn_mean` by step, mean over its seeds,
     smoothed over 1/`SMOOTHING` of the steps; indexed by step."""

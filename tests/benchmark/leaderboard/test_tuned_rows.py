@@ -17,7 +17,7 @@ from benchmark.leaderboard import command as leaderboard
 from benchmark.leaderboard.aggregate import aggregate_rows, paired_difference
 from benchmark.leaderboard.dashboard import build_view
 from benchmark.leaderboard.markdown import leaderboard_markdown, terminal_summary
-from benchmark.leaderboard.report import report_html
+from benchmark.leaderboard.report import write_report
 from benchmark.leaderboard.report_tuning import optimisation_history, tuned_vs_default
 from benchmark.leaderboard.suite import load_suite
 from benchmark.tuning.experiment import Budget
@@ -96,9 +96,10 @@ def test_markdown_shows_the_setting_the_budget_and_how_hard_each_loss_was_to_tun
     assert table[0][:3] == ["loss", "labels", "setting"] and table[0][-1] == "Δ default R@1"
 
 
-def test_the_report_has_a_tuning_section_per_group_that_tunes() -> None:
-    board = aggregate_rows(_rows())
-    page = report_html(board, _rows().assign(run_dir=""), title="t", studies={"g": _studies()})
+def test_the_report_has_a_tuning_section_per_group_that_tunes(tmp_path: Path) -> None:
+    board, rows = aggregate_rows(_rows()), _rows().assign(run_dir="")
+    page = write_report(board, rows, tmp_path / "r.html", title="t", studies={"g": _studies()})
+    page = page.read_text()
     budget = html.escape(BUDGET)
     assert "<h3>Tuning</h3>" in page and f"{budget}; every loss the same" in page
     assert "id='fig-0-tuned'" in page and "id='fig-0-history'" in page
