@@ -1,25 +1,13 @@
 """Results rows → leaderboard table: mean and 95 % confidence interval over seeds, and paired
-differences to the group's floor and to pair-wise Circle loss.
+differences to the group's references.
 
-A leaderboard row is one experiment (`<group>/<config stem>`, the cell id without its seed);
-its runs differ only in the seed, so every comparable-settings column must agree across them.
-The interval is Student's t: `mean ± t(0.975, n-1) · s / √n` with `s` the sample standard
-deviation (ddof=1); it is empty for a single seed.
-
-Seeds pair runs across experiments of a group (same data order and, where the architectures
-agree, the same initialisation), so a difference between two experiments is estimated from the
-per-seed differences d_s = x_s − y_s over the seeds both ran: `<metric>_vs_floor_mean` and
-`_ci95` against the group's floor (the untrained model, loss `none (pretrained)`),
-`<metric>_vs_circle_*` against tuned pair-wise Circle loss, and, for a tuned experiment
-(`<stem>.tuned`), `<metric>_vs_default_*` against the same loss as configured — the paired t
-interval, which is narrower than comparing two unpaired intervals when seeds move both runs
-alike.
-
-Only a loss tuned with its group's equal budget enters a comparison (`compared`): the
-differences to the floor and to Circle, the plots. A row with its configured setting is shown
-and left out: no budget was spent finding it, so a difference to another loss would measure
-the two configs, not the two losses. Its one difference is the tuned row's `vs_default`, what
-tuning changed.
+A leaderboard row is one experiment (the cell id without its seed), whose runs must agree on
+every settings column. The interval is Student's t, `mean ± t(0.975, n-1) · s / √n` (ddof=1),
+empty for one seed. Seeds pair runs across a group's experiments, so a difference to a
+reference (`REFERENCES`: the floor, tuned pair-wise Circle loss and, for `<stem>.tuned`, the
+same loss as configured) is the paired t interval of d_s = x_s − y_s over the seeds both ran:
+`<metric>_vs_<reference>_mean` and `_ci95`. Only losses tuned with the group's equal budget are
+compared (`compared`); a configured setting is shown, with only its tuned row's `vs_default`.
 """
 
 from __future__ import annotations
@@ -87,9 +75,8 @@ def ci95(values: pd.Series) -> float:
 
 
 def aggregate_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per experiment: settings, `n_seeds`, `seeds`, `<metric>_mean`, `<metric>_ci95`.
-
-    The latest row of a cell wins (a cell rerun by hand appends a second row).
+    """One row per experiment: settings, `n_seeds`, `seeds`, `<metric>_mean`, `<metric>_ci95`;
+    the latest row of a cell wins.
 
     Raises:
         ValueError: when runs of one experiment disagree on a settings column (a config

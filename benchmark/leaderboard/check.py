@@ -1,16 +1,10 @@
 """`--check`: a regenerated leaderboard against the committed one, cell by cell, metric by metric.
 
-Metric means are compared in absolute percentage points. Cells present on one side only fail,
-except cells whose data is absent here (skipped, reported) and cells that need data the
-committed leaderboard was produced without (reported, so the committer can add them).
-
-On a machine whose float kernels match the committed leaderboard's (`numerics`)
-training is bit for bit the same, so every value must be within `tolerance`. Elsewhere single
-values move by chance (one query of 240 is 0.42 pp): between two CPUs of this project the same
-suite moved one value by 8.1 pp at most, 0.81 pp on average, and one cell's mean |delta| by
-2.4 pp. So there each value must stay within VALUE_PP (1.5 × that largest change), each cell's
-mean |delta| within CELL_MEAN_PP and the mean over all values within MEAN_PP; a loss that
-trains differently moves its cell by more.
+Metric means are compared in percentage points; a cell on one side only fails, unless its data
+is absent here or was absent when the board was committed (both reported). Where the float
+kernels match the committed board's (`numerics`), every value must be within `tolerance`;
+elsewhere values move by chance, so each must stay within VALUE_PP, each cell's mean |delta|
+within CELL_MEAN_PP and the mean of all within MEAN_PP (docs/leaderboards/check.md).
 """
 
 from __future__ import annotations
@@ -127,15 +121,9 @@ def compare(
     skipped: dict[str, str],
     same_numerics: bool = True,
 ) -> CheckReport:
-    """Compare two leaderboards (as from `read_leaderboard`).
-
-    Args:
-        tolerance: largest allowed |regenerated − committed| per metric mean, in percentage
-            points.
-        skipped: experiment → reason, for experiments not run here because their data is absent.
-        same_numerics: whether this machine's float kernels match the committed leaderboard's;
-            if not, cells are compared by their mean |delta| (see the module docstring).
-    """
+    """Compare two leaderboards (from `read_leaderboard`); `tolerance` in percentage points,
+    `skipped` maps experiments not run here to why, `same_numerics` says whether this machine's
+    float kernels match the committed board's."""
     report = CheckReport(tolerance, same_numerics)
     old = committed.set_index("experiment")
     new = regenerated.set_index("experiment")

@@ -1,23 +1,12 @@
 """`circlebench dashboard --suite NAME`: the suite's W&B view as code (`wandb-workspaces`).
 
-The view is a saved W&B report: in `wandb-workspaces` 0.4 (a preview API, pinned) the sections of
-a workspace all show the workspace's one run set, while each panel grid of a report has its
-own, so only a report can give every leaderboard group (dataset × track) a section that shows
-that group's runs alone. Its blocks: the leaderboard table that `circlebench leaderboard` logged
-(project `circlebench-leaderboard`, run `leaderboard-<suite>`), then per group a heading and a
-panel grid over the group's cells (config `circlebench.suite` and `circlebench.cell_id`, which
-`benchmark.training.loggers.RunLabels` put in every run; project `circlebench-<dataset>`), runs
-grouped by their W&B group `<dataset>/<loss>`: a bar chart per test metric (mean over seeds,
-whiskers ± standard error: W&B draws no t interval), a line chart per validation metric the runs
-logged, the training `s_p` and `s_n` means (Fig. 4 of the Circle paper), and a parallel-coordinates
-panel over the loss hyper-parameters and R@1. A group that tunes adds a grid over its studies'
-histories (project `circlebench-tuning`, `benchmark.tuning.history`).
-
-Offline (the default) the command writes the view's spec to `results/suites/<suite>/dashboard.json`
-and says how to publish it. `--publish` saves it with the user's W&B credentials; a view with the
-same title in that project is updated, not duplicated. Nothing prompts: without credentials or a
-route to the server it stops with a message, and the whole publication is bounded in time
-(`wandb_views.py`).
+The view is a W&B report (only a report gives each panel grid its own run set): the table that
+`circlebench leaderboard` logged, then per group a panel grid over the group's runs (by their
+config `circlebench.suite` and `circlebench.cell_id`), grouped by loss: test metrics (mean ±
+standard error: W&B draws no t interval), validation curves, training s_p and s_n, loss
+hyper-parameters, and a group's tuning histories. The spec goes to
+`results/suites/<suite>/dashboard.json`; `--publish` saves it (a view of the same title is
+updated), bounded in time and without prompts (`wandb_views`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """A fingerprint of how this machine computes the float operations that training uses.
 
-Training on the CPU is deterministic on one machine, but the math libraries pick their kernels
-by CPU (oneDNN convolutions by instruction set, MKL matrix products by vendor and generation),
-and kernels sum in different orders. A few ulps of difference in one step grow over a run into
-different models: on two machines the same CI suite differs by 0.8 pp per metric on average and
-up to 8 pp on one value (2026-11-23). `--check` therefore compares strictly only when the
-machine that made the committed leaderboard computed these operations bit for bit as this one.
+The math libraries pick their kernels by CPU, and a few ulps of difference in one step grow
+over a run into different models; so `--check` compares strictly only when the committed
+leaderboard was made by a machine with the same fingerprint.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Leaderboard figures (matplotlib): Recall@K, s_p / s_n during training, final (s_n, s_p).
-
-One figure of each kind per suite group, over the experiments it compares (`aggregate.compared`:
-its tuned losses and floor). `write_plots` writes them as `<kind>_<group>.png`, and the HTML
-report (`report.py`) inlines the same PNG bytes (`png`), so the files and the page show the same
-pictures. The training curves and the scatter come from the runs' logs (`run_logs.py`), like
-Fig. 4 and Fig. 5 of the Circle loss paper.
-
-Figures are `matplotlib.figure.Figure`s, not pyplot's: no global state to close, and no backend to
-choose on the headless machines the suites run on (PNG is always drawn by Agg).
+"""Leaderboard figures: Recall@K, s_p / s_n during training, final (s_n, s_p) (Circle paper,
+Fig. 4 and 5), one of each kind per group over the experiments it compares. `write_plots` writes
+`<kind>_<group>.png`; the HTML report inlines the same PNG bytes (`png`). Figures are
+`matplotlib.figure.Figure`s: no pyplot state, no backend to choose on headless machines.
 """
 
 from __future__ import annotations

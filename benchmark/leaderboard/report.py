@@ -1,11 +1,7 @@
-"""The leaderboard as one self-contained page: `results/suites/<suite>/report.html`.
-
-Everything is inlined, so the page opens from disk with no network: each figure as a PNG image
-(a `data:` URI) and a small script that sorts a table by the column whose header is clicked.
-Per group: the run metadata (settings its rows share, seeds, the numerics fingerprint), the table
-(the settings that vary, then every `<metric>_mean` / `<metric>_ci95` pair of the board as
-`mean ± ci95`), the figures of `plots.py` (the same PNG bytes as the board's `plots/` files), and
-for a group that tunes, its tuning table and the figures of `report_tuning.py`.
+"""The leaderboard as one self-contained page, `results/suites/<suite>/report.html`: figures as
+`data:` URIs and a script that sorts a table by a clicked header, so it opens with no network.
+Per group: the settings its rows share, a table of the rest and of `mean ± ci95` per metric, the
+figures of `plots.py`, and for a group that tunes its tuning table and `report_tuning` figures.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The report's tuning figures of a group (matplotlib): its studies and what tuning changed.
-
-`tuned_vs_default` draws, per loss, the first test metric of its default and its tuned rows
-side by side (mean, 95 % CI whiskers); `optimisation_history` draws each loss's study: every
-trial's validation score and the best so far (Optuna's history plot, for all losses at once).
-"""
+"""The report's tuning figures of a group: what tuning changed (`tuned_vs_default`) and each
+loss's study (`optimisation_history`, Optuna's history plot for all losses at once)."""
 
 from __future__ import annotations
 

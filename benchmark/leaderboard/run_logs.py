@@ -1,12 +1,6 @@
-"""What a leaderboard's runs logged: s_p / s_n per training step and the final (s_n, s_p) per query.
-
-Read from the run folders that the results rows name (`run_dir`): the CSVLogger's `metrics.csv`
-(`train/sp_mean`, `train/sn_mean` per step) and `similarities.npz` (`sp`: lowest positive, `sn`:
-highest negative similarity of each test query), like Fig. 4 and Fig. 5 of the Circle loss
-paper. Runs whose folder is absent (made on another machine) are left out. The figures
-(`plots.py`: the PNG files and the HTML report's images) and the W&B dashboard (`dashboard.py`)
-read them here.
-"""
+"""What a leaderboard's runs logged, read from the run folders its rows name (`run_dir`; absent
+ones are left out): `metrics.csv` (s_p and s_n per training step) and `similarities.npz` (each
+test query's lowest positive `sp` and highest negative `sn` similarity)."""
 
 from __future__ import annotations
 

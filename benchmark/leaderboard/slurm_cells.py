@@ -1,13 +1,8 @@
 """The Slurm launcher: a suite's unfinished cells as one job array, waited for and reported.
 
-`circlebench leaderboard --suite S --launcher slurm` submits every cell without a row as one
-task of one array (`slurm.submit_array`), records each cell's job in
-`<work>/slurm/jobs.json`, then polls `sacct` until every job has ended: a cell is done when its
-row is in the rows CSV (written by the job under the rows file's lock), else, once its job has
-stayed ended for `slurm.SETTLE_S` (a requeue can look like an end for a moment), it failed, and is
-reported with its Slurm state and log. The jobs do not depend on this process: if it is killed,
-they go on and write their rows, and the next command (or `--status`) finds them in
-`jobs.json` and waits for those still pending or running instead of submitting them again.
+Each cell's job is recorded in `<work>/slurm/jobs.json`; a cell is done when its row is in the
+rows CSV, else failed once its job has stayed ended for `slurm.SETTLE_S`. The jobs outlive this
+process: the next command (or `--status`) waits for those still pending or running.
 """
 
 from __future__ import annotations

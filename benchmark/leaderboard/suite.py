@@ -1,43 +1,12 @@
-"""Leaderboard suites: `experiments/suites/<name>.yaml` parsed into the cells it runs.
+"""Leaderboard suites: `experiments/suites/<name>.yaml` (format: docs/leaderboards/suites.md)
+parsed into the cells it runs, a grid of experiment configs × seeds grouped by their data.
 
-A suite is a grid of experiment configs × seeds, grouped by the data they train on:
-
-```yaml
-seeds: [0, 1]                       # every cell runs once per seed
-overrides: [--trainer.max_epochs=3] # appended to every cell's `circlebench fit` command line
-output: .                           # leaderboard files go to <results-dir>/<output>
-threads: 1                          # optional: CPU threads per cell (results depend on it)
-check_seeds: [0]                    # optional: `--check` reruns only these seeds' cells
-groups:
-  synthetic_fine_grained:           # group name: a heading of the leaderboard
-    configs: experiments/synthetic/*.yaml   # a glob or a list of paths (repository-relative)
-    overrides: [--data.init_args.mode=fine_grained]   # appended after the suite's
-    config_overrides:               # optional: appended for one config, by file stem
-      softmax: [--model.loss.init_args.num_classes=25]
-    requires: ../shared/data/cub200 # optional: a path or a list (data, local weights files);
-                                    # cells are skipped, with a reason, when one is absent
-    paper_dataset: cub200           # optional: compare with this dataset's paper numbers
-    floor: experiments/synthetic/circle.yaml  # optional: this config untrained is the floor
-    seeds: [0, 1, 2]                # optional: replace the suite's seeds for this group
-    tuning: {trials: 30, folds: 3, max_epochs: 6}  # optional: the equal budget of every loss
-    settings: [default, tuned]      # optional, with tuning: which settings get cells
-```
-
-A group with `tuning:` declares the budget `circlebench tune --suite S --group G` gives each of
-its losses (`benchmark.tuning.experiment.Budget`: trials, folds, max_epochs, metric, pruner,
-sampler_seed, startup_trials), and runs every config twice: as configured (the default
-setting) and as tuned, `<group>/<config stem>.tuned/seed<seed>`, with the committed tuned
-setting (`experiments/tuned/<group>/<stem>.yaml`) as a second `--config`. A tuned cell is
-skipped, with a reason, until its loss is tuned for the group's current config, overrides and
-budget. `settings: [tuned]` runs the tuned setting only (the quick suite: its time limit).
-
-A cell is one `fit` run, named `<group>/<config stem>/seed<seed>`; its results row carries
-that name in the `cell_id` column, which is how a rerun knows the cell is done, and the cell's
-recipe (`Cell.recipe`: a hash of its command line and config file) in `cell_recipe`, which is
-how a rerun knows that a row was made by an older version of the suite entry or config. A
-group with a `floor` also gets one `test` cell per seed, `<group>/floor/seed<seed>`: that
-config evaluated with no training (the row's loss is `none (pretrained)`), which every other
-row of the group is compared with, seed by seed.
+A cell is one `fit` run, `<group>/<config stem>/seed<seed>`, or for a group that tunes also
+`<group>/<config stem>.tuned/seed<seed>` with the committed tuned setting as a second
+`--config` (skipped, with a reason, until its loss is tuned). A group with a `floor` also gets
+one `test` cell per seed, `<group>/floor/seed<seed>`: that config untrained. A results row
+carries its cell's id (`cell_id`: the cell is done) and recipe (`cell_recipe`, `Cell.recipe`:
+a row made by an older suite entry or config is stale).
 """
 
 from __future__ import annotations
