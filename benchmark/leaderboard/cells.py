@@ -45,8 +45,8 @@ class CellWork:
 
 
 class Launcher(Protocol):
-    """Runs a suite's unfinished cells somewhere (`runner.run_cells` here, with its `jobs`;
-    `slurm_cells.run_cells_on_slurm` on a cluster) and says what became of each."""
+    """Runs a suite's unfinished cells somewhere (`runner.run_cells` here, with its runner and
+    `jobs`; `slurm_cells.run_cells_on_slurm` on a cluster) and says what became of each."""
 
     def __call__(
         self, cells: list[Cell], settings: CellSettings, *, root: Path, console: Console
@@ -115,7 +115,6 @@ class CellSettings:
 
     rows_csv: Path
     work_dir: Path
-    runner: CellRunner
     wandb: bool = True
     threads: int | None = None
     suite: str = ""

@@ -126,34 +126,26 @@ def main(argv: list[str] | None = None) -> None:
     if args.plan:
         print(suite_plan(suite))
         return
-    launcher = slurm_launcher(args, suite, parser)  # None: the local one
+    on_slurm = slurm_launcher(args, suite, parser)  # None: the local one
     if args.jobs is None:
         args.jobs = default_jobs(suite.threads) if args.isolation != "in-process" else 1
     console = terminal_console()
-    runner = RUNNERS[args.isolation]
+    work = args.results_dir / "suites" / suite.name
     if args.status:
-        work = args.results_dir / "suites" / suite.name
-        settings = CellSettings(work / "rows.csv", work, runner, threads=suite.threads)
+        settings = CellSettings(work / "rows.csv", work, threads=suite.threads)
         print_status(suite.cells(), settings, root=Path("."), console=console)
         return
+    runner = RUNNERS[args.isolation]
+    launcher = on_slurm or functools.partial(run_cells, runner=runner, jobs=args.jobs)
     if args.check:
-        check(suite, args.results_dir, args.tolerance, runner, console, args.jobs, launcher)
+        check(suite, args.results_dir, args.tolerance, console, launcher, on_slurm is not None)
         return
-    board, summary = build(
-        suite,
-        args.results_dir,
-        runner,
-        console,
-        run=not args.aggregate_only,
-        wandb=not args.no_wandb,
-        jobs=args.jobs,
-        launcher=launcher,
-    )
+    run = None if args.aggregate_only else launcher
+    board, summary = build(suite, args.results_dir, console, run, wandb=not args.no_wandb)
     if not args.no_wandb:
-        work = args.results_dir / "suites" / suite.name
         # Where cells were to be forked here, the fork server started with the command; starting
         # it for the table alone costs more than the imports it would save.
-        forked = args.isolation == "fork" and launcher is None and not args.aggregate_only
+        forked = args.isolation == "fork" and on_slurm is None and not args.aggregate_only
         log_wandb_table(board, suite.name, work, console, forked=forked)
     _finish(summary, console)
 
@@ -165,32 +157,18 @@ def default_jobs(threads_per_cell: int | None) -> int:
 
 
 def build(
-    suite: Suite,
-    results_dir: Path,
-    runner: CellRunner,
-    console: Console,
-    *,
-    run: bool = True,
-    wandb: bool = True,
-    jobs: int = 1,
-    launcher: Launcher | None = None,
+    suite: Suite, results_dir: Path, console: Console, run: Launcher | None, *, wandb: bool
 ) -> tuple[pd.DataFrame, RunSummary]:
-    """Run the suite's unfinished cells (unless `run` is False) and write its leaderboard files.
-
-    Args:
-        wandb: whether the cells log to W&B (offline unless configured).
-        jobs: how many cells run at once on this machine.
-        launcher: where the cells run; None: here, with `runner`, `jobs` at a time.
-    """
+    """Run the suite's unfinished cells with `run` (None: aggregate only; `wandb`: the cells log
+    to W&B) and write its leaderboard files."""
     work = results_dir / "suites" / suite.name
     rows_csv = work / "rows.csv"
     summary = RunSummary()
-    if run:
+    if run is not None:
         settings = CellSettings(
-            rows_csv, work, runner, wandb=wandb, threads=suite.threads, suite=suite.name
+            rows_csv, work, wandb=wandb, threads=suite.threads, suite=suite.name
         )
-        launch = launcher or functools.partial(run_cells, jobs=jobs)
-        summary = launch(suite.cells(), settings, root=Path("."), console=console)
+        summary = run(suite.cells(), settings, root=Path("."), console=console)
     rows = read_results(rows_csv)
     rows = rows[rows["cell_id"].isin({cell.cell_id for cell in suite.cells()})]
     out = results_dir / suite.output
@@ -199,7 +177,7 @@ def build(
         rows
     )  # rows are in the order cells finished; the suite's order reads better
     board = board.sort_values("experiment", key=lambda s: s.map(order)) if len(board) else board
-    if board.empty and not run:  # --aggregate-only, before any run wrote a row
+    if board.empty and run is None:  # --aggregate-only, before any run wrote a row
         raise FileNotFoundError(
             f"no rows for suite {suite.name!r} in {rows_csv}: nothing to aggregate; run "
             f"`circlebench leaderboard --suite {suite.name}` first (or pass the "
@@ -261,17 +239,13 @@ def check(
     suite: Suite,
     results_dir: Path,
     tolerance: float,
-    runner: CellRunner,
     console: Console,
-    jobs: int = 1,
-    launcher: Launcher | None = None,
+    launcher: Launcher,
+    on_slurm: bool,
 ) -> None:
-    """Regenerate the suite in a temporary folder and compare with the committed leaderboard.
-
-    With the suite's `check_seeds`, only those seeds' cells are rerun, and they are compared with
-    the committed rows of the same cells, aggregated the same way. With a `launcher` (Slurm),
-    the temporary folder is made in `results_dir`, which its jobs can reach.
-    """
+    """Regenerate the suite in a temporary folder (in `results_dir`, which Slurm jobs can reach,
+    `on_slurm`) and compare with the committed leaderboard; with the suite's `check_seeds`,
+    only those seeds' cells, against the committed rows of the same cells."""
     committed_csv = results_dir / suite.output / "leaderboard.csv"
     if not committed_csv.is_file():
         raise SystemExit(
@@ -279,14 +253,12 @@ def check(
             f"`circlebench leaderboard --suite {suite.name}` and commit its files first"
         )
     checked = suite.restricted_to(suite.check_seeds) if suite.check_seeds else suite
-    shared = results_dir if launcher is not None else None
+    shared = results_dir if on_slurm else None
     scratch = Path(tempfile.mkdtemp(prefix=f"circlebench-check-{suite.name}-", dir=shared))
     if checked is not suite:
         committed_csv = _committed_subset(checked, results_dir, scratch / "committed", console)
         console.print(f"--check: rerunning the cells of seeds {list(checked.seeds)} only")
-    _, summary = build(
-        checked, scratch, runner, console, wandb=False, jobs=jobs, launcher=launcher
-    )  # logs nothing to W&B
+    _, summary = build(checked, scratch, console, launcher, wandb=False)
     fresh_csv = scratch / suite.output / "leaderboard.csv"
     committed = read_leaderboard(committed_csv)
     fresh = read_leaderboard(fresh_csv) if fresh_csv.is_file() else committed[:0]
@@ -322,7 +294,7 @@ def _committed_subset(suite: Suite, results_dir: Path, scratch: Path, console: C
     work = scratch / "suites" / suite.name
     work.mkdir(parents=True)
     shutil.copyfile(rows_csv, work / "rows.csv")
-    build(suite, scratch, in_process_runner, console, run=False, wandb=False)
+    build(suite, scratch, console, None, wandb=False)
     return scratch / suite.output / "leaderboard.csv"
 
 

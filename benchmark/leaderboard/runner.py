@@ -25,6 +25,7 @@ from benchmark.launch.processes import (
     thread_environment,
 )
 from benchmark.leaderboard.cells import (
+    CellRunner,
     CellSettings,
     CellWork,
     RunSummary,
@@ -84,10 +85,16 @@ def in_process_runner(cell: CellWork, log: Path, threads: int | None) -> None:
 
 
 def run_cells(
-    cells: list[Cell], settings: CellSettings, *, root: Path, console: Console, jobs: int = 1
+    cells: list[Cell],
+    settings: CellSettings,
+    *,
+    root: Path,
+    console: Console,
+    runner: CellRunner,
+    jobs: int,
 ) -> RunSummary:
-    """Run every unfinished cell whose data is present, `jobs` at a time (each with the suite's
-    threads); never stops at a failing cell."""
+    """Run every unfinished cell whose data is present with `runner`, `jobs` at a time (each
+    with the suite's threads); never stops at a failing cell."""
     summary = RunSummary()
     with suite_lock(settings.work_dir):
         todo, recipes = unfinished_cells(cells, settings, summary, root=root, console=console)
@@ -105,7 +112,7 @@ def run_cells(
                 work = settings.work(cell, recipes[cell.cell_id])
                 start = time.perf_counter()
                 try:
-                    settings.runner(work, log, settings.threads)
+                    runner(work, log, settings.threads)
                     if not work.done():
                         raise CellFailedError(
                             f"{cell.command} ended but wrote no row to {settings.rows_csv}"
