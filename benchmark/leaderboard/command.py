@@ -42,8 +42,7 @@ from benchmark.leaderboard.runner import (
     run_cells,
     subprocess_runner,
 )
-from benchmark.leaderboard.slurm_cells import print_status
-from benchmark.leaderboard.slurm_options import add_slurm_arguments, slurm_launcher
+from benchmark.leaderboard.slurm_cells import add_slurm_arguments, print_status, slurm_launcher
 from benchmark.leaderboard.suite import Suite, load_suite
 from benchmark.manual import manual_line
 from benchmark.training.atomic import write_text

@@ -1,7 +1,7 @@
 """The leaderboard as one self-contained page, `results/suites/<suite>/report.html`: figures as
 `data:` URIs and a script that sorts a table by a clicked header, so it opens with no network.
 Per group: the settings its rows share, a table of the rest and of `mean ± ci95` per metric, the
-figures of `plots.py`, and for a group that tunes its tuning table and `report_tuning` figures.
+figures of `plots.py`, and for a group that tunes its tuning table and figures.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from matplotlib.figure import Figure
 from benchmark.evaluation.metrics import metric_columns
 from benchmark.leaderboard.aggregate import compared
 from benchmark.leaderboard.markdown import format_params, setting, tuning_rows, untuned_note
-from benchmark.leaderboard.plots import group_figures, png
-from benchmark.leaderboard.report_tuning import optimisation_history, tuned_vs_default
+from benchmark.leaderboard.plots import group_figures, optimisation_history, png, tuned_vs_default
 from benchmark.leaderboard.run_logs import runs_of
 from benchmark.training.atomic import write_text
 from benchmark.tuning.tuned import GroupStudies

@@ -1,4 +1,5 @@
-"""The Slurm launcher: a suite's unfinished cells as one job array, waited for and reported.
+"""The Slurm launcher: its options, and a suite's unfinished cells as one job array, waited for
+and reported.
 
 Each cell's job is recorded in `<work>/slurm/jobs.json`; a cell is done when its row is in the
 rows CSV, else failed once its job has stayed ended for `slurm.SETTLE_S`. The jobs outlive this
@@ -7,6 +8,8 @@ process: the next command (or `--status`) waits for those still pending or runni
 
 from __future__ import annotations
 
+import argparse
+import functools
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -26,9 +29,11 @@ from benchmark.launch.slurm import (
     job_states,
     submit_array,
 )
+from benchmark.launch.slurm_options import add_launcher_argument, add_slurm_request, slurm_options
 from benchmark.leaderboard.cell_task import CellTask
 from benchmark.leaderboard.cells import (
     CellSettings,
+    Launcher,
     RunSummary,
     cell_log,
     has_row,
@@ -36,10 +41,40 @@ from benchmark.leaderboard.cells import (
     suite_lock,
     unfinished_cells,
 )
-from benchmark.leaderboard.suite import Cell
+from benchmark.leaderboard.suite import Cell, Suite
 from benchmark.training.atomic import write_text
 
 POLL_S = 10.0  # between two sacct calls while waiting; one call covers every job
+
+
+def add_slurm_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--launcher`, `--status` and the Slurm request's options."""
+    add_launcher_argument(parser, "cells")
+    parser.add_argument(
+        "--status",
+        action="store_true",
+        help="with --launcher slurm: show where each cell stands (row written, job pending, "
+        "running or failed with its Slurm state and log); run nothing",
+    )
+    add_slurm_request(parser, "cell", nodes=True)
+
+
+def slurm_launcher(
+    args: argparse.Namespace, suite: Suite, parser: argparse.ArgumentParser
+) -> Launcher | None:
+    """The Slurm launcher the options ask for, or None for the local one; a usage error
+    (`parser.error`) for options that do not fit together."""
+    if args.launcher == "local":
+        if args.status:
+            parser.error("--status shows a Slurm run's jobs: add --launcher slurm")
+        return None
+    if args.jobs is not None:
+        parser.error(
+            "--jobs sets how many cells run at once on this machine; with --launcher slurm "
+            "use --max-parallel"
+        )
+    options = slurm_options(args, parser, name=f"circlebench-{suite.name}", threads=suite.threads)
+    return functools.partial(run_cells_on_slurm, options=options)
 
 
 @dataclass(frozen=True)

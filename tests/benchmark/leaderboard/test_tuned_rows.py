@@ -17,8 +17,8 @@ from benchmark.leaderboard import command as leaderboard
 from benchmark.leaderboard.aggregate import aggregate_rows, paired_difference
 from benchmark.leaderboard.dashboard import build_view
 from benchmark.leaderboard.markdown import leaderboard_markdown, terminal_summary
+from benchmark.leaderboard.plots import optimisation_history, tuned_vs_default
 from benchmark.leaderboard.report import write_report
-from benchmark.leaderboard.report_tuning import optimisation_history, tuned_vs_default
 from benchmark.leaderboard.suite import load_suite
 from benchmark.tuning.experiment import Budget
 from benchmark.tuning.tuned import GroupStudies, group_files, recipe
