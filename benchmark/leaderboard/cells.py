@@ -75,12 +75,15 @@ def cell_args(
     suite: str = "",
     recipe: str = "",
 ) -> list[str]:
-    """The `circlebench fit|test` command line of one cell; its run folder goes under `run_root`.
-
-    Args:
-        suite: recorded in the run's W&B config, which dashboards filter by.
-        recipe: the cell's `Cell.recipe`, recorded in its row.
-    """
+    """The `circlebench fit|test` command line of one cell; its run folder goes under `run_root`,
+    its W&B config records `suite` and its row `recipe`; a tuned cell adds its tuned setting and
+    the budget it was tuned with."""
+    config, tuning = cell.tuned_config, cell.group.tuning
+    tuned = (
+        ["--config", str(config), "--tuning", tuning.describe()]
+        if config is not None and tuning is not None
+        else []
+    )
     return [
         cell.command,
         "--config",
@@ -96,17 +99,8 @@ def cell_args(
         f"--trainer.default_root_dir={run_root}",
         f"--wandb={str(wandb).lower()}",
         *cell.overrides,
-        *_tuned_args(cell),
+        *tuned,  # after every override, so that the tuned values win
     ]
-
-
-def _tuned_args(cell: Cell) -> list[str]:
-    """A tuned cell's setting, after every override (its values win), and the budget it was
-    tuned with, which its row records."""
-    tuned = cell.tuned_config
-    if tuned is None or cell.group.tuning is None:
-        return []
-    return ["--config", str(tuned), "--tuning", cell.group.tuning.describe()]
 
 
 @dataclass(frozen=True)

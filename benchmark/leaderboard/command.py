@@ -47,7 +47,7 @@ from benchmark.leaderboard.suite import Suite, load_suite
 from benchmark.manual import manual_line
 from benchmark.training.atomic import write_text
 from benchmark.training.rows import read_results
-from benchmark.tuning.tuned import GroupStudies, group_studies
+from benchmark.tuning.tuned import group_studies
 from core.devices import usable_cores
 
 DEFAULT_TOLERANCE = 1.0  # percentage points: one flipped query of 160; docs/leaderboards/check.md
@@ -171,10 +171,9 @@ def build(
     rows = read_results(rows_csv)
     rows = rows[rows["cell_id"].isin({cell.cell_id for cell in suite.cells()})]
     out = results_dir / suite.output
+    # rows are in the order cells finished; the suite's order reads better
     order = {cell.experiment: i for i, cell in enumerate(suite.cells())}
-    board = aggregate_rows(
-        rows
-    )  # rows are in the order cells finished; the suite's order reads better
+    board = aggregate_rows(rows)
     board = board.sort_values("experiment", key=lambda s: s.map(order)) if len(board) else board
     if board.empty and run is None:  # --aggregate-only, before any run wrote a row
         raise FileNotFoundError(
@@ -194,7 +193,11 @@ def build(
         numerics.write(out, numerics.merged(numerics.read(out), made) if kept else made)
     paper_csv = results_dir / "paper_reference.csv"
     paper = read_paper_reference(paper_csv) if paper_csv.is_file() else pd.DataFrame()
-    studies = suite_studies(suite)
+    studies = {  # of every group that tunes
+        g.name: group_studies(g.name, [c.stem for c in g.configs], g.tuning.describe())
+        for g in suite.groups
+        if g.tuning is not None
+    }
     markdown = leaderboard_markdown(
         board,
         title=f"Leaderboard: suite `{suite.name}`",
@@ -223,15 +226,6 @@ def build(
     console.print(f"wrote {out / 'leaderboard.csv'}, {out / 'leaderboard.md'}, {len(plots)} plots")
     console.print(f"wrote {report}: open it in a browser")
     return board, summary
-
-
-def suite_studies(suite: Suite) -> dict[str, GroupStudies]:
-    """The tuning studies of every group that tunes (its losses already tuned)."""
-    return {
-        g.name: group_studies(g.name, [c.stem for c in g.configs], g.tuning.describe())
-        for g in suite.groups
-        if g.tuning is not None
-    }
 
 
 def check(

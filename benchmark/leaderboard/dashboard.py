@@ -130,40 +130,38 @@ def _tuning_grid(suite: str, group: str, entity: str) -> list[Any]:
 
 def _metric_panels(metrics: list[str], logged: set[str]) -> list[Any]:
     """Bars of the test metrics, lines of the validation metrics logged, s_p and s_n curves."""
-    panels: list[Any] = []
-    for m in metrics:
-        panels.append(
-            wr.BarPlot(
-                title=f"test/{m} by loss (mean ± s.e. over seeds)",
-                metrics=[f"test/{m}"],
-                orientation="v",
-                groupby_aggfunc="mean",
-                groupby_rangefunc="stderr",
-            )
+    panels: list[Any] = [
+        wr.BarPlot(
+            title=f"test/{m} by loss (mean ± s.e. over seeds)",
+            metrics=[f"test/{m}"],
+            orientation="v",
+            groupby_aggfunc="mean",
+            groupby_rangefunc="stderr",
         )
-    for m in metrics:
-        if f"val/{m}" in logged:
-            panels.append(
-                wr.LinePlot(
-                    title=f"val/{m} by loss",
-                    x=X_AXIS,
-                    y=[f"val/{m}"],
-                    groupby_aggfunc="mean",
-                    groupby_rangefunc="stderr",
-                )
-            )
-    for key, name in (("train/sp_mean", "mean s_p"), ("train/sn_mean", "mean s_n")):
-        panels.append(
-            wr.LinePlot(
-                title=f"{name} during training by loss (Circle paper, Fig. 4)",
-                x=X_AXIS,
-                y=[key],
-                groupby_aggfunc="mean",
-                smoothing_type="exponential",
-                smoothing_factor=0.8,
-            )
+        for m in metrics
+    ]
+    panels += [
+        wr.LinePlot(
+            title=f"val/{m} by loss",
+            x=X_AXIS,
+            y=[f"val/{m}"],
+            groupby_aggfunc="mean",
+            groupby_rangefunc="stderr",
         )
-    return panels
+        for m in metrics
+        if f"val/{m}" in logged
+    ]
+    return panels + [
+        wr.LinePlot(
+            title=f"{name} during training by loss (Circle paper, Fig. 4)",
+            x=X_AXIS,
+            y=[key],
+            groupby_aggfunc="mean",
+            smoothing_type="exponential",
+            smoothing_factor=0.8,
+        )
+        for key, name in (("train/sp_mean", "mean s_p"), ("train/sn_mean", "mean s_n"))
+    ]
 
 
 def _parallel_coordinates(params: list[str], metric: str) -> wr.ParallelCoordinatesPlot:

@@ -110,7 +110,8 @@ def leaderboard_markdown(
     for group, rows in board.groupby("group", sort=False):
         lines += _group_table(str(group), rows, paper, paper_datasets.get(str(group)))
         if studies and str(group) in studies:
-            lines += tuning_table(studies[str(group)])
+            intro, head, tuning = tuning_rows(studies[str(group)])
+            lines += [intro, "", *_table(head, tuning), ""]
     return "\n".join(lines)
 
 
@@ -150,11 +151,9 @@ def tuning_rows(studies: GroupStudies) -> tuple[str, list[str], list[list[str]]]
     return intro, head, rows
 
 
-def tuning_table(studies: GroupStudies) -> list[str]:
-    """`tuning_rows` as Markdown lines."""
-    intro, head, rows = tuning_rows(studies)
-    lines = [intro, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return [*lines, *("| " + " | ".join(row) + " |" for row in rows), ""]
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return [*lines, *("| " + " | ".join(row) + " |" for row in rows)]
 
 
 def _short(value: object) -> str:
@@ -178,8 +177,7 @@ def _group_table(
     settings = ["setting"] if tuned else []
     head = ["loss", "labels", *settings, "params", *varying, "seeds", *metrics, *delta_heads]
     head += ["s/run"]
-    lines = [f"## {group}", "", facts, "", *untuned_note(rows), "| " + " | ".join(head) + " |"]
-    lines.append("|" + "---|" * len(head))
+    body = []
     for _, row in rows.iterrows():
         cells = [row["loss"], row["labels"], *([setting(row)] if tuned else [])]
         cells.append(format_params(row["loss_params"]))
@@ -192,8 +190,8 @@ def _group_table(
             cells.append(format_difference(row[f"{prefix}_mean"], row[f"{prefix}_ci95"]))
         wall = row.get("wall_time_s_mean", math.nan)
         cells.append("–" if pd.isna(wall) else f"{float(wall):.0f}")
-        lines.append("| " + " | ".join(cells) + " |")
-    return [*lines, ""]
+        body.append(cells)
+    return [f"## {group}", "", facts, "", *untuned_note(rows), *_table(head, body), ""]
 
 
 def _references(rows: pd.DataFrame, metric: str) -> list[str]:

@@ -16,7 +16,13 @@ from matplotlib.figure import Figure
 
 from benchmark.evaluation.metrics import metric_columns
 from benchmark.leaderboard.aggregate import compared
-from benchmark.leaderboard.markdown import format_params, setting, tuning_rows, untuned_note
+from benchmark.leaderboard.markdown import (
+    format_cell,
+    format_params,
+    setting,
+    tuning_rows,
+    untuned_note,
+)
 from benchmark.leaderboard.plots import group_figures, optimisation_history, png, tuned_vs_default
 from benchmark.leaderboard.run_logs import runs_of
 from benchmark.training.atomic import write_text
@@ -133,11 +139,7 @@ def _table(entries: pd.DataFrame) -> str:
         cells.append(_td(str(row["n_seeds"]), float(row["n_seeds"])))
         for metric in metrics:
             mean, ci = float(row[f"{metric}_mean"]), float(row.get(f"{metric}_ci95", math.nan))
-            if math.isnan(mean):
-                cells.append(_td("–", ""))
-            else:
-                text = f"{mean:.2f}" if math.isnan(ci) else f"{mean:.2f} ± {ci:.2f}"
-                cells.append(_td(text, mean))
+            cells.append(_td(format_cell(mean, ci, None), "" if math.isnan(mean) else mean))
         cells.append("</tr>")
     cells.append("</tbody></table></div>")
     return "".join(cells)
