@@ -1,9 +1,5 @@
-"""A leaderboard cell as a Slurm array task (`launch.slurm_tasks.SlurmTask`).
-
-Restarted by Slurm (preemption, time limit, node failure), the task does nothing if the cell's
-row is already written, else its `fit` resumes from the `last.ckpt` of the cell's own run
-folder, found by the cell id and recipe saved in the run's `config.yaml`.
-"""
+"""A leaderboard cell as a Slurm array task. Restarted by Slurm, it does nothing if the cell's row
+is written, else its `fit` resumes from the `last.ckpt` of the cell's own run folder."""
 
 from __future__ import annotations
 

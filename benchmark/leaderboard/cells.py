@@ -1,9 +1,5 @@
-"""What every launcher of a suite's cells shares: a cell's command line and log, which cells
-are unfinished (rows, recipes, stale rows, absent data), the suite lock, the run summary.
-
-The launchers (`runner`: local processes; `slurm_cells`: a Slurm job array) differ only in
-where a cell's command line runs.
-"""
+"""What the launchers of a suite's cells (`runner` here, `slurm_cells` on Slurm) share: a cell's
+command line and log, which cells are unfinished, the suite lock, the run summary."""
 
 from __future__ import annotations
 
@@ -145,12 +141,9 @@ def suite_lock(work_dir: Path) -> Iterator[None]:
 def unfinished_cells(
     cells: list[Cell], settings: CellSettings, summary: RunSummary, *, root: Path, console: Console
 ) -> tuple[list[Cell], dict[str, str]]:
-    """The cells to run now, and every cell's recipe, for any launcher.
-
-    Rows made by another recipe of a cell that can run are removed (stale); cells with a row
-    are recorded as resumed and cells that cannot run (`Cell.unavailable`) as skipped, in
-    `summary`.
-    """
+    """The cells to run now, and every cell's recipe. Stale rows (another recipe) of cells that
+    can run are removed; `summary` records cells with a row as resumed and cells that cannot
+    run (`Cell.unavailable`) as skipped."""
     recorded = row_recipes(settings.rows_csv)
     recipes = {cell.cell_id: cell.recipe(root, settings.threads) for cell in cells}
     unavailable = {cell.cell_id: cell.unavailable(root) for cell in cells}

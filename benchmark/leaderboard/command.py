@@ -294,14 +294,9 @@ def _committed_subset(suite: Suite, results_dir: Path, scratch: Path, console: C
 def log_wandb_table(
     board: pd.DataFrame, suite_name: str, work: Path, console: Console, *, forked: bool = False
 ) -> None:
-    """Log suite `suite_name`'s leaderboard as a `wandb.Table`; offline unless WANDB_MODE says
-    otherwise.
-
-    Never blocks the leaderboard: any W&B problem is printed and skipped. `forked`: in a child
-    of the cells' fork server, which has imported what `wandb.init` imports on every call
-    (`fork_server.PRELOAD`), instead of this command importing it at its end; its output goes
-    to `work/wandb-table.log`.
-    """
+    """Log the leaderboard as a `wandb.Table` (offline unless WANDB_MODE says otherwise); a W&B
+    problem is printed and skipped. `forked`: in a child of the fork server, which has imported
+    W&B already, its output in `work/wandb-table.log`."""
     mode = os.environ.get("WANDB_MODE", "offline")
     if mode not in ("online", "offline") or board.empty:  # disabled, or a mode W&B rejects
         return

@@ -41,13 +41,9 @@ SIZES = ("num_classes", "embedding_dim")  # loss arguments that are shapes, not 
 
 
 def build_view(board: pd.DataFrame, rows: pd.DataFrame, suite: str, entity: str = "") -> wr.Report:
-    """The view of a suite's `board` (one row per experiment) and its runs' `rows`.
-
-    Args:
-        rows: the results rows; their run folders, where present, say which validation metrics
-            the runs logged (none are charted without them).
-        entity: the W&B entity that owns the projects ("" offline: filled in on publishing).
-    """
+    """The view of a suite's `board` and its results `rows` (whose run folders, where present,
+    say which validation metrics to chart); `entity` owns the projects ("": filled in on
+    publishing)."""
     board_runs = wr.Runset(
         entity=entity,
         project=LEADERBOARD_PROJECT,

@@ -82,13 +82,9 @@ def leaderboard_markdown(
     paper_datasets: dict[str, str],
     studies: dict[str, GroupStudies] | None = None,
 ) -> str:
-    """The whole leaderboard page: one table per group, in the order of `board`.
-
-    Args:
-        paper_datasets: group name → the paper dataset its numbers are compared with; groups
-            absent here (synthetic data, subsets) show no paper numbers.
-        studies: group name → its tuning budget and studies, for groups that tune.
-    """
+    """The whole leaderboard page: one table per group, in the order of `board`, with the
+    paper's numbers for the groups in `paper_datasets` (group → dataset) and the tuning of
+    the groups in `studies`."""
     lines = [f"# {title}", ""]
     if description:
         lines += [description, ""]

@@ -1,8 +1,5 @@
-"""`circlebench leaderboard --plan`: what a suite will run, and its GPU-hours, before anything
-starts: per group its cells, studies and data, with each run's and study's GPU-hours from
-`tuning.gpu_hours` (a lower bound: the GPU's own time), and on the frozen track the feature
-cache's, counted once in the suite per extractor and data.
-"""
+"""`circlebench leaderboard --plan`: per group of a suite its cells, studies and data, and their
+GPU-hours (`tuning.gpu_hours`, a lower bound), a feature cache counted once per extractor."""
 
 from __future__ import annotations
 

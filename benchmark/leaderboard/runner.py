@@ -41,11 +41,8 @@ class CellFailedError(RuntimeError):
 
 
 def subprocess_runner(cell: CellWork, log: Path, threads: int | None) -> None:
-    """Run `python -m benchmark.training.cli <args>` in a fresh interpreter (no shared state).
-
-    The cell runs in its own process group, which ends with this process
-    (`processes.run_in_own_group`), so no orphan goes on to append a row later.
-    """
+    """Run `python -m benchmark.training.cli <args>` in a fresh interpreter, in a process group
+    that ends with this process (`processes.run_in_own_group`)."""
     env = dict(os.environ) | thread_environment(threads)
     command = [sys.executable, "-m", "benchmark.training.cli", *cell.args]
     returncode = run_in_own_group(command, log, env)
@@ -54,12 +51,8 @@ def subprocess_runner(cell: CellWork, log: Path, threads: int | None) -> None:
 
 
 def fork_runner(cell: CellWork, log: Path, threads: int | None) -> None:
-    """Run the cell (`benchmark.training.cli.main(args)`) in a process forked from the fork
-    server; a status the server lost counts when the cell wrote its row (`forked.exit_status`).
-
-    Same isolation as `subprocess_runner` (a process and process group of its own per cell,
-    ended with this process), without importing the training stack again for every cell.
-    """
+    """Run the cell in a process forked from the fork server, isolated as `subprocess_runner`
+    but without importing the training stack again (a lost status: `forked.exit_status`)."""
     returncode = run_forked(cell, log, threads)
     if returncode != 0:
         raise CellFailedError(f"exit status {returncode}")

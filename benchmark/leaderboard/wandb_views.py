@@ -1,9 +1,5 @@
-"""Saving a W&B view (a `wandb_workspaces` report) once: found by title and updated, else created.
-
-`WandbViewStore` is the server, through `wandb.Api`; tests give `publish` a fake store that
-records its calls. `publish_within` bounds the whole exchange in time, so a hung connection
-never holds the command.
-"""
+"""Saving a W&B view (a `wandb_workspaces` report) once: found by title and updated, else
+created, within a time limit (`publish_within`), so a hung connection never holds the command."""
 
 from __future__ import annotations
 
@@ -71,12 +67,7 @@ def publish_within(
     store_factory: Callable[[], ViewStore],
     timeout_s: float = PUBLISH_TIMEOUT_S,
 ) -> Published:
-    """Run `publish(build(entity), store)` in a worker thread for at most `timeout_s` seconds.
-
-    Args:
-        build: entity → the view to publish.
-        store_factory: () → a `ViewStore`.
-    """
+    """`publish(build(entity), store_factory())` in a worker thread, for at most `timeout_s`."""
     result: list[Published] = []
 
     def work() -> None:
