@@ -21,7 +21,7 @@ from submitit.core.utils import FailedJobError
 from submitit.slurm.slurm import SlurmInfoWatcher
 
 from benchmark.launch.processes import thread_environment
-from benchmark.launch.slurm_tasks import SlurmTask
+from benchmark.launch.slurm_tasks import CallTask
 
 CODE_ROOT = Path(__file__).resolve().parents[2]  # the checkout the jobs import
 # Requeues at the time limit (submitit's countdown): a longer cell resumes up to this many times.
@@ -44,17 +44,13 @@ class SlurmOptions:
     """What each array task (one cell, one tuning worker) asks Slurm for.
 
     Args:
-        gpus: GPUs per node of one task; 0 runs it on CPUs. Each GPU gets one Slurm task (one
-            Lightning process), so `ntasks-per-node` is `gpus` (1 on CPUs).
+        gpus: GPUs per node of one task (0: CPUs), each with its Slurm task (`tasks_per_node`).
         nodes: nodes per array task (Lightning's `num_nodes`); more than 1 needs GPUs.
         cpus: CPUs per Slurm task (`cpus-per-task`): threads plus data loader workers.
         time_min: time limit of one attempt, in minutes.
-        max_parallel: array tasks running at once (the array's `%N` throttle); None: 256,
-            submitit's default.
-        extra: more `#SBATCH --KEY=VALUE` lines (`account`, `qos`, `mem`, `constraint`, ...);
-            the value True writes a bare `--KEY`.
-        one_task: one Slurm task per job whatever its GPUs, for a process that starts its own
-            (a tuning worker forks its fit runs); else one per GPU (a cell's DDP ranks).
+        max_parallel: array tasks running at once (the `%N` throttle); None: submitit's 256.
+        extra: more `#SBATCH --KEY=VALUE` lines; the value True writes a bare `--KEY`.
+        one_task: one Slurm task per job whatever its GPUs (a tuning worker forks its runs).
     """
 
     partition: str | None = None
@@ -122,7 +118,7 @@ class SlurmOptions:
 
 
 def submit_array(
-    tasks: Sequence[SlurmTask], folder: Path, options: SlurmOptions, threads: int | None
+    tasks: Sequence[CallTask], folder: Path, options: SlurmOptions, threads: int | None
 ) -> list[str]:
     """Submit `tasks` as one job array (one task per array index); their job ids, in order.
 

@@ -1,5 +1,5 @@
-"""What one Slurm array task runs on its node: a `SlurmTask` (a leaderboard cell's `CellTask`),
-or any callable (`CallTask`).
+"""What one Slurm array task runs on its node: a picklable callable (`CallTask`), or a subclass
+that acts on restarts (a leaderboard cell's `CellTask`).
 
 Requeues are submitit's and Slurm's (time limit, preemption, node failure); the task then starts
 again with `SLURM_RESTART_COUNT` > 0 and a cell resumes from its own run's `last.ckpt`.
@@ -9,7 +9,6 @@ that every cell of a suite shares would resume any later run from another cell's
 
 from __future__ import annotations
 
-import abc
 import os
 import signal
 import socket
@@ -21,13 +20,13 @@ from submitit.helpers import Checkpointable
 from benchmark.launch.processes import redirected_fds, use_threads
 
 
-class SlurmTask(Checkpointable, abc.ABC):
-    """One array task: `run()` with its output in `log` (appended to after a restart; rank k > 0
-    writes `<log stem>.rank<k>.log`) and `threads` CPU threads; what `run()` returns, which
-    submitit keeps in the job's result file."""
+class CallTask(Checkpointable):
+    """One array task: `run()`, by default `function()`, with its output in `log` (appended to after
+    a restart; rank k > 0 writes `<log stem>.rank<k>.log`) and `threads` CPU threads; what
+    `run()` returns, which submitit keeps in the job's result file."""
 
-    def __init__(self, log: Path, threads: int | None) -> None:
-        self.log, self.threads = log, threads
+    def __init__(self, function: Callable[[], object], log: Path, threads: int | None) -> None:
+        self.function, self.log, self.threads = function, log, threads
 
     def __call__(self) -> object:
         restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
@@ -48,17 +47,6 @@ class SlurmTask(Checkpointable, abc.ABC):
             use_threads(self.threads)  # as the local runner's forked runs do
             return self.run(restarts)
 
-    @abc.abstractmethod
     def run(self, restarts: int) -> object:
         """The work; `restarts` counts the times Slurm started this task before."""
-
-
-class CallTask(SlurmTask):
-    """Any picklable callable without arguments, e.g. a tuning worker."""
-
-    def __init__(self, function: Callable[[], object], log: Path, threads: int | None) -> None:
-        super().__init__(log, threads)
-        self.function = function
-
-    def run(self, restarts: int) -> object:
         return self.function()

@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from benchmark.launch.slurm_tasks import SlurmTask
+from benchmark.launch.slurm_tasks import CallTask
 from benchmark.leaderboard.cells import CellWork, row_recipes
 from benchmark.training.checkpoints import LAST, newest_run
 
 
-class CellTask(SlurmTask):
+class CellTask(CallTask):
     """A leaderboard cell's `CellWork` (its command line with the launcher's additions), run in
     this process; returns the node's numerics fingerprint, which the leaderboard stores beside a
     board made on Slurm.
@@ -20,16 +20,18 @@ class CellTask(SlurmTask):
         run_root: the cell's `--trainer.default_root_dir`, searched for its run to resume.
     """
 
+    function: CellWork
+
     def __init__(
         self, work: CellWork, log: Path, threads: int | None, *, recipe: str, run_root: Path
     ) -> None:
-        super().__init__(log, threads)
-        self.work, self.recipe, self.run_root = work, recipe, run_root
+        super().__init__(work, log, threads)
+        self.recipe, self.run_root = recipe, run_root
 
     def run(self, restarts: int) -> str:
         from benchmark.leaderboard import numerics
 
-        work = self.work
+        work = self.function
         if row_recipes(work.rows_csv).get(work.cell_id) == self.recipe:  # a restart after the end
             print(f"[circlebench] {work.cell_id} already has its row in {work.rows_csv}")
             return numerics.fingerprint()

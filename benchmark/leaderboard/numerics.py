@@ -46,9 +46,7 @@ def fingerprint() -> str:
 def read(folder: Path) -> str | None:
     """The fingerprint stored beside a leaderboard, None if it was made without one."""
     path = folder / FILE_NAME
-    if not path.is_file():
-        return None
-    return path.read_text().strip() or None
+    return (path.read_text().strip() or None) if path.is_file() else None
 
 
 def write(folder: Path, value: str) -> None:

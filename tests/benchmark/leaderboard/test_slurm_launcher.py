@@ -276,10 +276,10 @@ def test_a_cell_that_looks_failed_while_requeued_is_waited_for(
         out = {}
         for job in jobs:
             task = tasks_of[job]
-            fate = fates.get(task.work.cell_id, ["COMPLETED"])
+            fate = fates.get(task.function.cell_id, ["COMPLETED"])
             state = fate.pop(0) if len(fate) > 1 else fate[0]
             if state == "COMPLETED":
-                write(task.work.args, task.log, task.threads)
+                write(task.function.args, task.log, task.threads)
             out[job] = JobState(job, state)
         return out
 
@@ -310,12 +310,12 @@ def test_time_limit_and_node_failure_are_reported_and_only_those_cells_rerun(
 
     def submit_array(tasks, folder, options, threads):
         assert threads is None and options.cpus == 8  # the suite does not pin threads
-        submitted.append([task.work.cell_id for task in tasks])
+        submitted.append([task.function.cell_id for task in tasks])
         jobs = [f"{len(submitted)}_{i}" for i in range(len(tasks))]
         for job, task in zip(jobs, tasks, strict=True):
-            ends[job] = fate.get(task.work.cell_id, "COMPLETED")
+            ends[job] = fate.get(task.function.cell_id, "COMPLETED")
             if ends[job] == "COMPLETED":
-                write(task.work.args, task.log, task.threads)
+                write(task.function.args, task.log, task.threads)
         return jobs
 
     def states(jobs):
@@ -350,7 +350,7 @@ def test_a_pending_job_of_a_changed_cell_is_cancelled_and_the_cell_submitted_aga
 
     def submit_array(tasks, folder, options, threads):
         for task in tasks:
-            write(task.work.args, task.log, task.threads)
+            write(task.function.args, task.log, task.threads)
         return [f"6_{i}" for i in range(len(tasks))]
 
     def states(jobs):
