@@ -53,11 +53,10 @@ def write_report(
 ) -> Path:
     """Write the page of `board` (one row per experiment) and its runs' `rows` atomically;
     `studies` are the tuning studies of the groups that tune."""
-    facts = [("numerics fingerprint", fingerprint or "not recorded")]
     body = [f"<h1>{_e(title)}</h1>"]
     if description:
         body.append(f"<p>{_e(description)}</p>")
-    body.append(_facts(facts))
+    body.append(_facts([("numerics fingerprint", fingerprint or "not recorded")]))
     body.append(provenance(rows))
     body.append(
         "<p class='note'>Metrics in percent: mean ± half-width of the 95 % Student-t "
@@ -166,16 +165,9 @@ def provenance(rows: pd.DataFrame) -> str:
         return "<p class='note'>Code revision: not recorded.</p>"
     counts = shas.value_counts()
     dirty = int(sum(n for sha, n in counts.items() if str(sha).endswith("+dirty")))
-    line = (
-        f"Code: {len(counts)} revision{'s' if len(counts) > 1 else ''} made the "
-        f"{len(shas)} rows"
-        + (
-            f"; {dirty} row{'s' if dirty > 1 else ''} from uncommitted code (+dirty)"
-            if dirty
-            else "; all committed"
-        )
-        + "."
-    )
+    revisions = f"{len(counts)} revision{'s' if len(counts) > 1 else ''}"
+    code = f"{dirty} row{'s' if dirty > 1 else ''} from uncommitted code (+dirty)" if dirty else ""
+    line = f"Code: {revisions} made the {len(shas)} rows; {code or 'all committed'}."
     items = "".join(
         f"<li><code>{_e(str(sha))}</code>: {n} row{'s' if n > 1 else ''}</li>"
         for sha, n in counts.items()
