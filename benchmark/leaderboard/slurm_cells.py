@@ -45,6 +45,7 @@ from benchmark.leaderboard.suite import Cell, Suite
 from benchmark.training.atomic import write_text
 
 POLL_S = 10.0  # between two sacct calls while waiting; one call covers every job
+LEDGER = Path("slurm", "jobs.json")  # in a suite's work folder: each cell's latest job
 
 
 def add_slurm_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,20 +86,16 @@ class Submitted:
     recipe: str
 
 
-def ledger_path(work_dir: Path) -> Path:
-    return work_dir / "slurm" / "jobs.json"
-
-
 def read_ledger(work_dir: Path) -> dict[str, Submitted]:
     """Each cell's latest job, by cell id (none before the first Slurm run)."""
-    path = ledger_path(work_dir)
+    path = work_dir / LEDGER
     entries = json.loads(path.read_text()) if path.is_file() else {}
     return {cell: Submitted(**entry) for cell, entry in entries.items()}
 
 
 def _write_ledger(work_dir: Path, ledger: dict[str, Submitted]) -> None:
     entries = {cell: asdict(entry) for cell, entry in sorted(ledger.items())}
-    write_text(ledger_path(work_dir), json.dumps(entries, indent=1) + "\n")
+    write_text(work_dir / LEDGER, json.dumps(entries, indent=1) + "\n")
 
 
 def run_cells_on_slurm(

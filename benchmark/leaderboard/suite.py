@@ -72,17 +72,16 @@ class Cell:
         """What the cell computes, as 16 hex digits: its command, config file (path and
         content), overrides, seed and CPU threads (results depend on them). A row with another
         recipe under this cell's id was made by an older suite entry or config."""
-        path = root / self.config
-        config = path.read_bytes() if path.is_file() else b""  # then the cell fails, saying why
-        content = hashlib.sha256(config).hexdigest()
-        what = [self.command, str(self.config), content, list(self.overrides), self.seed, threads]
+
+        def content(path: Path) -> str:  # of an absent file: b"" (then the cell fails, saying why)
+            file = root / path
+            return hashlib.sha256(file.read_bytes() if file.is_file() else b"").hexdigest()
+
+        what: list[object] = [self.command, str(self.config), content(self.config)]
+        what += [list(self.overrides), self.seed, threads]
         tuned = self.tuned_config
         if tuned is not None:  # a re-tuned setting is another recipe
-            path = root / tuned
-            what += [
-                str(tuned),
-                hashlib.sha256(path.read_bytes() if path.is_file() else b"").hexdigest(),
-            ]
+            what += [str(tuned), content(tuned)]
         return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
 
 
