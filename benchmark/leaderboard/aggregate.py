@@ -130,19 +130,14 @@ def _paired_columns(
             hits = group[candidates(entry, group)]["experiment"].tolist()
             found.append(hits[0] if hits and hits[0] != entry["experiment"] else None)
         for metric in metrics:
-            means, cis = [], []
-            for own, ref in zip(board["experiment"], found, strict=True):
-                if ref is None:
-                    means.append(math.nan)
-                    cis.append(math.nan)
-                    continue
-                mean, ci, _ = paired_difference(
-                    _by_seed(rows, own, metric), _by_seed(rows, ref, metric)
-                )
-                means.append(mean)
-                cis.append(ci)
-            columns[f"{metric}_vs_{name}_mean"] = means
-            columns[f"{metric}_vs_{name}_ci95"] = cis
+            pairs = [
+                paired_difference(_by_seed(rows, own, metric), _by_seed(rows, ref, metric))[:2]
+                if ref is not None
+                else (math.nan, math.nan)
+                for own, ref in zip(board["experiment"], found, strict=True)
+            ]
+            columns[f"{metric}_vs_{name}_mean"] = [mean for mean, _ in pairs]
+            columns[f"{metric}_vs_{name}_ci95"] = [ci for _, ci in pairs]
     return columns
 
 
