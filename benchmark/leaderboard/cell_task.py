@@ -12,13 +12,9 @@ from benchmark.training.checkpoints import LAST, newest_run
 
 
 class CellTask(CallTask):
-    """A leaderboard cell's `CellWork` (its command line with the launcher's additions), run in
-    this process; returns the node's numerics fingerprint, which the leaderboard stores beside a
-    board made on Slurm.
-
-    Args:
-        run_root: the cell's `--trainer.default_root_dir`, searched for its run to resume.
-    """
+    """A leaderboard cell's `CellWork`, run in this process and after a restart resumed from its
+    run under `run_root` (its `--trainer.default_root_dir`); returns the node's numerics
+    fingerprint, which the leaderboard stores beside a board made on Slurm."""
 
     function: CellWork
 
