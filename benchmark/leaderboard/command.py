@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -294,13 +293,14 @@ def _committed_subset(suite: Suite, results_dir: Path, scratch: Path, console: C
 def log_wandb_table(
     board: pd.DataFrame, suite_name: str, work: Path, console: Console, *, forked: bool = False
 ) -> None:
-    """Log the leaderboard as a `wandb.Table` (offline unless WANDB_MODE says otherwise); a W&B
-    problem is printed and skipped. `forked`: in a child of the fork server, which has imported
-    W&B already, its output in `work/wandb-table.log`."""
-    mode = os.environ.get("WANDB_MODE", "offline")
-    if mode not in ("online", "offline") or board.empty:  # disabled, or a mode W&B rejects
+    """Log the leaderboard as a `wandb.Table`, in the mode every W&B run takes
+    (`settle_wandb_mode`); a W&B problem is printed and skipped. `forked`: in a child of the
+    fork server, which has imported W&B already, its output in `work/wandb-table.log`."""
+    from benchmark.training.loggers import settle_wandb_mode  # imports Lightning
+
+    chosen = settle_wandb_mode()
+    if chosen is None or board.empty:  # disabled, or a mode W&B rejects
         return
-    chosen: Literal["online", "offline"] = "online" if mode == "online" else "offline"
     work.mkdir(parents=True, exist_ok=True)
     if forked:
         log = work / "wandb-table.log"

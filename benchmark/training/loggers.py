@@ -30,11 +30,6 @@ from pytorch_lightning.loggers import CSVLogger, Logger, WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
 
-def wandb_is_configured() -> bool:
-    """True if the user chose a W&B mode or has credentials (env var or `~/.netrc`)."""
-    return bool(os.environ.get("WANDB_MODE")) or wandb_has_credentials()
-
-
 def wandb_has_credentials() -> bool:
     """True if an API key is set (`WANDB_API_KEY`) or saved by `wandb login` (`~/.netrc`)."""
     if os.environ.get("WANDB_API_KEY"):
@@ -142,11 +137,12 @@ def build_loggers(
     return [csv_logger, wandb_logger]
 
 
-def settle_wandb_mode() -> str:
-    """Set `WANDB_MODE` for this process before W&B starts, and return it: offline without an
-    account (never prompt, never reach the network) or when the server cannot be reached, else
-    what the user chose (online with credentials)."""
-    if not wandb_is_configured():
+def settle_wandb_mode() -> Literal["online", "offline"] | None:
+    """Set `WANDB_MODE` for this process before W&B starts, and return it (None when it is
+    `disabled` or a mode W&B rejects): offline without an account (never prompt, never reach
+    the network) or when the server cannot be reached, else what the user chose (online with
+    credentials). The one rule of every W&B run: training, tuning history, leaderboard table."""
+    if not (os.environ.get("WANDB_MODE") or wandb_has_credentials()):
         os.environ["WANDB_MODE"] = "offline"
     elif os.environ.get("WANDB_MODE", "online") == "online" and not wandb_server_reachable():
         os.environ["WANDB_MODE"] = "offline"
@@ -156,15 +152,13 @@ def settle_wandb_mode() -> str:
             file=sys.stderr,
         )
     os.environ.setdefault("WANDB_SILENT", "true")
-    return os.environ.get("WANDB_MODE", "online")
+    mode = os.environ.get("WANDB_MODE", "online")
+    return "online" if mode == "online" else "offline" if mode == "offline" else None
 
 
 def finish_wandb_runs(loggers: list[Logger], *, failed: bool) -> None:
-    """Close the W&B run that `loggers`' W&B logger started, this process's `wandb.run` (W&B's
-    public handle on it), if it did. An open run outlives its Trainer: the next
-    WandbLogger in the same process would log into it (Lightning reuses `wandb.run`), so every
-    run after the first of one interpreter (a leaderboard's `--isolation in-process` cells, a
-    notebook) was recorded as the first."""
+    """Close `wandb.run` if `loggers` hold a W&B logger: an open run outlives its Trainer, and
+    the next WandbLogger of the process would log into it (Lightning reuses `wandb.run`)."""
     if not any(isinstance(logger, WandbLogger) for logger in loggers):
         return
     import wandb

@@ -10,6 +10,7 @@ W&B problem is printed and skipped: the journal and `experiments/tuned/` are the
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,8 @@ def log_history(
 ) -> str | None:
     """Log the study's trials to W&B; None when logged, else why not."""
     mode = settle_wandb_mode()
-    if mode not in ("online", "offline"):
-        return f"W&B mode {mode!r}"
+    if mode is None:
+        return f"W&B mode {os.environ['WANDB_MODE']!r}"
     group, _, loss = study.rpartition("/")
     try:
         import wandb
@@ -37,7 +38,7 @@ def log_history(
             name=study,
             group=group or loss,
             job_type="tune",
-            mode="online" if mode == "online" else "offline",
+            mode=mode,
             dir=str(directory),
             config={
                 "circlebench": {"group": group, "loss": loss, "study": study},
