@@ -31,13 +31,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from benchmark.errors import ArgumentParser
-from benchmark.launch.forked import run_forked
 from benchmark.launch.processes import end_running, terminal_console
 from benchmark.launch.slurm_options import add_launcher_argument, add_slurm_request, slurm_options
 from benchmark.manual import manual_line
 from benchmark.tuning.experiment import Budget, Experiment, parsed_config
 from benchmark.tuning.gpu_hours import study_plan
-from benchmark.tuning.groups import Group, suite_groups
+from benchmark.tuning.groups import suite_groups
 from benchmark.tuning.history import log_history
 from benchmark.tuning.objective import run_trial
 from benchmark.tuning.on_slurm import tune_on_slurm
@@ -45,6 +44,16 @@ from benchmark.tuning.space import derived_space, describe, space_path
 from benchmark.tuning.study import Heartbeat, Proposer, counted, work
 from benchmark.tuning.task import RESULTS, Task
 from benchmark.tuning.tuned import TunedFiles, group_files, write_tuned
+
+# The budget flags of --config mode, by argparse name: the `Budget` field each sets.
+BUDGET_FLAGS = {
+    "trials": "trials",
+    "folds": "folds",
+    "epochs": "max_epochs",
+    "metric": "metric",
+    "pruner": "pruner",
+    "sampler_seed": "sampler_seed",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,8 +142,8 @@ def main(argv: list[str] | None = None) -> None:
     for task in tasks:
         if task.study in short:
             continue
-        if options is not None:
-            conclude(task, console)
+        if options is not None:  # the trials ran in Slurm: only the tuned files to write
+            _write(task, task.open_study(), task.experiment(), console)
         else:
             tune(task, workers=args.workers, threads=args.threads, console=console)
         if not args.no_wandb:
@@ -156,24 +165,35 @@ def config_task(args: argparse.Namespace, fit_overrides: list[str]) -> Task:
         raise ValueError("--group and --loss go with --suite, not --config")
     if not args.config.is_file():
         raise FileNotFoundError(f"--config {args.config}: no such file")
-    chosen = {
-        "trials": args.trials,
-        "folds": args.folds,
-        "max_epochs": args.epochs,
-        "metric": args.metric,
-        "pruner": args.pruner,
-        "sampler_seed": args.sampler_seed,
-    }
+    chosen = {field: getattr(args, flag) for flag, field in BUDGET_FLAGS.items()}
     budget = Budget(**{k: v for k, v in chosen.items() if v is not None})
     study = args.study or args.config.stem
     storage = args.storage or str(RESULTS / f"{study}.journal")
     folder = args.output or (Path(storage).parent if "://" not in storage else RESULTS)
     files = TunedFiles(folder, study.rsplit("/", 1)[-1])
-    space, derived = find_space(args.space, args.config, tuple(fit_overrides), files)
+    return study_task(args.space, args.config, tuple(fit_overrides), budget, study, storage, files)
+
+
+def study_task(
+    space: Path | None,
+    config: Path,
+    overrides: tuple[str, ...],
+    budget: Budget,
+    study: str,
+    storage: str,
+    files: TunedFiles,
+) -> Task:
+    """The Task of one study. Its space is `space` (`--space`), else the loss's own
+    (`experiments/spaces/<config stem>.yaml`), else one derived from the loss's constructor
+    arguments (`space.derived_space`), written beside the tuned files."""
+    derived = space is None and not space_path(config.stem).is_file()
+    if derived:
+        loss = parsed_config(config, overrides)["model"]["loss"]
+        space = derived_space(loss, files.folder / f"{files.stem}.space.yaml")
     return Task(
-        config=args.config,
-        overrides=tuple(fit_overrides),
-        space=space,
+        config=config,
+        overrides=overrides,
+        space=space or space_path(config.stem),
         budget=budget,
         study=study,
         storage=storage,
@@ -182,29 +202,19 @@ def config_task(args: argparse.Namespace, fit_overrides: list[str]) -> Task:
     )
 
 
-def find_space(
-    given: Path | None, config: Path, overrides: tuple[str, ...], files: TunedFiles
-) -> tuple[Path, bool]:
-    """The space file of a study, and whether it was derived: `--space`, else the loss's own
-    (`experiments/spaces/<config stem>.yaml`), else one derived from the loss's constructor
-    arguments (`space.derived_space`), written beside the tuned files."""
-    if given is not None or space_path(config.stem).is_file():
-        return given or space_path(config.stem), False
-    loss = parsed_config(config, overrides)["model"]["loss"]
-    return derived_space(loss, files.folder / f"{files.stem}.space.yaml"), True
-
-
 def suite_tasks(args: argparse.Namespace, fit_overrides: list[str]) -> list[Task]:
     """One study per chosen loss of the suite group, with the group's overrides and budget."""
-    flags = ("trials", "folds", "epochs", "metric", "pruner", "sampler_seed")
-    given = [f"--{f.replace('_', '-')}" for f in flags if getattr(args, f) is not None]
+    given = [f"--{f.replace('_', '-')}" for f in BUDGET_FLAGS if getattr(args, f) is not None]
     if given or fit_overrides or args.output or args.study:
         raise ValueError(
             f"{' '.join(given) or 'these options'}: a suite group declares its budget and "
             "overrides in the suite file (its `tuning:` entry), the same for every loss; edit it "
             "there, or tune a single config with --config"
         )
-    group = _group(suite_groups(args.suite), args.group, args.suite)
+    groups = {group.name: group for group in suite_groups(args.suite)}
+    if args.group not in groups:
+        raise ValueError(f"--group {args.group!r}: suite {args.suite!r} has groups {list(groups)}")
+    group = groups[args.group]
     if group.tuning is None:
         raise ValueError(
             f"group {group.name!r} of suite {args.suite!r} declares no `tuning:` budget; add one "
@@ -221,36 +231,23 @@ def suite_tasks(args: argparse.Namespace, fit_overrides: list[str]) -> list[Task
         raise FileNotFoundError(f"group {group.name!r} needs {missing}, which is absent")
     if missing is not None:
         print(f"data absent: {missing} (`circlebench data info` says how to get it)")
-    tasks = []
-    for stem in args.loss or list(stems):
-        overrides, files = group.overrides_for(stems[stem]), group_files(group.name, stem)
-        space, derived = find_space(args.space, stems[stem], overrides, files)
-        tasks.append(
-            Task(
-                config=stems[stem],
-                overrides=overrides,
-                space=space,
-                budget=group.tuning,
-                study=f"{group.name}/{stem}",
-                storage=args.storage or str(RESULTS / group.name / f"{stem}.journal"),
-                files=files,
-                derived=derived,
-            )
+    return [
+        study_task(
+            args.space,
+            stems[stem],
+            group.overrides_for(stems[stem]),
+            group.tuning,
+            f"{group.name}/{stem}",
+            args.storage or str(RESULTS / group.name / f"{stem}.journal"),
+            group_files(group.name, stem),
         )
-    return tasks
-
-
-def _group(groups: tuple[Group, ...], name: str | None, suite: str) -> Group:
-    names = [g.name for g in groups]
-    if name not in names:
-        raise ValueError(f"--group {name!r}: suite {suite!r} has groups {names}")
-    return groups[names.index(name)]
+        for stem in args.loss or list(stems)
+    ]
 
 
 def tune(task: Task, *, workers: int, threads: int, console: Console) -> dict:
     """Run (or resume) the study of `task` to its budget and write its tuned files."""
-    experiment, study = task.start()
-    console.print(f"[bold]{task.study}[/]: {task.budget.describe()}; storage {task.storage}")
+    experiment, study = task.start(console)
     if task.derived:
         console.print(
             f"no experiments/spaces/{task.config.stem}.yaml: searching the space derived from "
@@ -260,7 +257,7 @@ def tune(task: Task, *, workers: int, threads: int, console: Console) -> dict:
     stop = threading.Event()
 
     def objective(trial: optuna.Trial) -> float:
-        return run_trial(trial, experiment, task.budget, task.work_dir, run_forked, threads)
+        return run_trial(trial, experiment, task.budget, task.work_dir, threads)
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress, Heartbeat() as beat:
@@ -293,11 +290,6 @@ def tune(task: Task, *, workers: int, threads: int, console: Console) -> dict:
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
     return _write(task, study, experiment, console)
-
-
-def conclude(task: Task, console: Console) -> dict:
-    """Write the tuned files of `task`'s study, whose trials ran elsewhere (Slurm)."""
-    return _write(task, task.open_study(), task.experiment(), console)
 
 
 def _write(task: Task, study: optuna.Study, experiment: Experiment, console: Console) -> dict:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import optuna
 
-from benchmark.launch.forked import Work
+from benchmark.launch.forked import Work, run_forked
 from benchmark.training.atomic import write_text
 from benchmark.tuning.experiment import Budget, Experiment
 
@@ -34,12 +34,7 @@ class FoldFailedError(RuntimeError):
 
 
 def run_trial(
-    trial: optuna.Trial,
-    experiment: Experiment,
-    budget: Budget,
-    work: Path,
-    fork: ForkRunner,
-    threads: int | None,
+    trial: optuna.Trial, experiment: Experiment, budget: Budget, work: Path, threads: int | None
 ) -> float:
     """Train and validate the trial's setting on every fold; its value (mean over folds at
     the chosen epoch). Raises optuna.TrialPruned when the pruner stops it, FoldFailedError
@@ -52,7 +47,7 @@ def run_trial(
         args = experiment.fold_args(values, budget, fold, folder / "runs")
         if fold == 0:
             trial.set_user_attr("command", "circlebench " + " ".join(args))
-        curves.append(run_fold(args, folder / f"fold{fold}.log", budget, fork, threads))
+        curves.append(run_fold(args, folder / f"fold{fold}.log", budget, run_forked, threads))
         trial.report(max(curves[-1]), fold)  # a fold's best: pruning sees finished folds only
         if budget.pruner == "wilcoxon" and trial.should_prune():
             trial.set_user_attr("fold_curves", _rounded(curves))

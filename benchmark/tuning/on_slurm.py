@@ -20,7 +20,6 @@ from pathlib import Path
 import optuna
 from rich.console import Console
 
-from benchmark.launch.forked import run_forked
 from benchmark.launch.slurm import SlurmOptions, submit_array, wait_for_jobs
 from benchmark.launch.slurm_tasks import CallTask
 from benchmark.tuning.objective import run_trial
@@ -43,7 +42,7 @@ def worker(task: Task, threads: int, index: int) -> None:
     proposer = Proposer(task.budget, experiment.space.distributions(), worker=index)
 
     def objective(trial: optuna.Trial) -> float:
-        return run_trial(trial, experiment, task.budget, task.work_dir, run_forked, threads)
+        return run_trial(trial, experiment, task.budget, task.work_dir, threads)
 
     def done(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         why = trial.user_attrs.get("error", "")
@@ -66,8 +65,7 @@ def tune_on_slurm(
     """Run `workers` workers of each study as one Slurm job array and wait for them; why a
     study did not reach its budget (a worker's Slurm state and log), by study name."""
     for task in tasks:  # before any job: the default setting comes first, once
-        task.start()
-        console.print(f"[bold]{task.study}[/]: {task.budget.describe()}; storage {task.storage}")
+        task.start(console)
     calls = [
         (task, worker_log(task, i), functools.partial(worker, task, threads, i))
         for task in tasks

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
+from rich.console import Console
 
 from benchmark.tuning.experiment import Budget, Experiment, parse_experiment
 from benchmark.tuning.space import load_space
@@ -42,10 +43,11 @@ class Task:
         """The study in its storage, created on first use."""
         return create_study(self.study, open_storage(self.storage), self.budget)
 
-    def start(self) -> tuple[Experiment, optuna.Study]:
+    def start(self, console: Console) -> tuple[Experiment, optuna.Study]:
         """`experiment()` and `open_study()`, with the loss's default setting enqueued as the
-        study's first trial (once per study): what comes before any worker runs."""
+        study's first trial (once per study), announced: what comes before any worker runs."""
         experiment, study = self.experiment(), self.open_study()
         assert experiment.defaults is not None  # parse_experiment reads them
         enqueue_default(study, self.storage, experiment.defaults)
+        console.print(f"[bold]{self.study}[/]: {self.budget.describe()}; storage {self.storage}")
         return experiment, study
