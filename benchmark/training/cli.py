@@ -47,20 +47,19 @@ from losses import ExternalLoss
 from losses.external import PML_INSTALL, pml_installed
 
 BASE_CONFIG = Path(__file__).resolve().parents[2] / "experiments" / "base.yaml"
+# Our top-level options, name: (type, default, help); none changes what a run computes.
+RUN_OPTIONS: dict[str, tuple[type, Any, str]] = {
+    "results_csv": (str, "results/runs.csv", "CSV the results row goes to"),
+    "cell_id": (str, "", "leaderboard cell of this run"),
+    "cell_recipe": (str, "", "that cell's recipe (set by leaderboard)"),
+    "suite": (str, "", "leaderboard suite of this run"),
+    "tuning": (str, "", "the budget of the tuned setting this run trains (set by leaderboard)"),
+    "wandb": (bool, True, "log to W&B (offline unless configured)"),
+    "test_after_fit": (bool, True, "fit: evaluate the test set at the end"),
+}
 # Options that change where and how a run is recorded, not what it computes: not hashed.
 UNHASHED = {
-    "": (
-        "results_csv",
-        "cell_id",
-        "cell_recipe",
-        "suite",
-        "tuning",
-        "wandb",
-        "test_after_fit",
-        "ckpt_path",
-        "config",
-        "verbose",
-    ),
+    "": (*RUN_OPTIONS, "ckpt_path", "config", "verbose"),
     "trainer": ("logger", "default_root_dir", "enable_progress_bar", "enable_model_summary"),
     "data.init_args": ("root", "num_workers", "eval_batch_size", "cache_dir"),
     # The image DataModule inside `CachedFeatureDataModule`:
@@ -130,7 +129,6 @@ class CircleBenchCLI(LightningCLI):
         self._finish_wandb(failed=False)
 
     def _finish_wandb(self, *, failed: bool) -> None:
-        """Close this command's W&B run once its sub-command is done (`finish_wandb_runs`)."""
         trainer = getattr(self, "trainer", None)
         if trainer is not None:
             finish_wandb_runs(trainer.loggers, failed=failed)
@@ -145,35 +143,11 @@ class CircleBenchCLI(LightningCLI):
         }
 
     def add_arguments_to_parser(self, parser) -> None:
-        parser.add_argument(
-            "--results_csv",
-            type=str,
-            default="results/runs.csv",
-            help="CSV the results row goes to",
-        )
-        parser.add_argument("--cell_id", type=str, default="", help="leaderboard cell of this run")
-        parser.add_argument(
-            "--cell_recipe", type=str, default="", help="that cell's recipe (set by leaderboard)"
-        )
-        parser.add_argument("--suite", type=str, default="", help="leaderboard suite of this run")
-        parser.add_argument(
-            "--tuning",
-            type=str,
-            default="",
-            help="the budget of the tuned setting this run trains (set by leaderboard)",
-        )
-        parser.add_argument(
-            "--wandb", type=bool, default=True, help="log to W&B (offline unless configured)"
-        )
-        parser.add_argument(
-            "--test_after_fit",
-            type=bool,
-            default=True,
-            help="fit: evaluate the test set at the end",
-        )
+        for name, (kind, default, help) in RUN_OPTIONS.items():
+            parser.add_argument(f"--{name}", type=kind, default=default, help=help)
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
-        problem = yaml_problem(config_files(sys.argv[1:] if args is None else args))
+        problem = yaml_problem(sys.argv[1:] if args is None else args)
         if problem:  # jsonargparse would name the file `<unicode string>`
             parser.error(problem)
         if args is None:
@@ -232,9 +206,8 @@ class CircleBenchCLI(LightningCLI):
         return super().instantiate_trainer(logger=loggers, callbacks=callbacks, **kwargs)
 
     def _labels(self, dataset: str, loss_class: str) -> RunLabels:
-        """What the run's W&B record is grouped by; the experiment is the last config file, and
-        `<its stem>.tuned` for a tuned setting (its last config is the tuned fragment, named like
-        the experiment), so that W&B groups tuned and default runs apart."""
+        """What the run's W&B record is grouped by; the experiment is the last config file's
+        stem, plus `.tuned` for a tuned setting (so W&B groups tuned and default runs apart)."""
         configs = self._get(self.config, "config") or []
         tuned = ".tuned" if self._get(self.config, "tuning") else ""
         return RunLabels(
@@ -292,12 +265,8 @@ class CircleBenchCLI(LightningCLI):
         self._record(CheckpointInfo.read(ckpt_path) if ckpt_path else None)
 
     def _record(self, trained: CheckpointInfo | None) -> None:
-        """Write `similarities.npz` in the run directory and append the results row (rank 0).
-
-        Args:
-            trained: the weights that were evaluated; None for the untrained model, which is
-                recorded as the floor (`none (pretrained)`, 0 epochs), with a warning.
-        """
+        """Write `similarities.npz` and append the results row of the evaluated weights (rank
+        0); `trained` None: the untrained model, recorded as the floor, with a warning."""
         if not self.trainer.is_global_zero:
             return
         result = self.model.test_result
@@ -378,21 +347,15 @@ def hashed_config(config: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run `fit`, `validate` or `test` with `argv` (None: LightningCLI reads `sys.argv`)."""
     CircleBenchCLI(args=argv)
 
 
-def config_files(words: list[str]) -> list[Path]:
-    """The files given to `--config` in `words` (either `--config F` or `--config=F`)."""
+def yaml_problem(words: list[str]) -> str:
+    """Why the first file given to `--config` in `words` (`--config F` or `--config=F`) is not
+    valid YAML (`read_yaml`); "" when all are (a missing file is the parser's to report)."""
     files = [w.split("=", 1)[1] for w in words if w.startswith("--config=")]
     files += [b for a, b in itertools.pairwise(words) if a == "--config"]
-    return [Path(f) for f in files]
-
-
-def yaml_problem(files: list[Path]) -> str:
-    """Why the first config file that does not parse is not valid YAML (`read_yaml`); "" when
-    all do (a missing file is the parser's to report)."""
-    for file in files:
+    for file in map(Path, files):
         if file.is_file():
             try:
                 read_yaml(file)
