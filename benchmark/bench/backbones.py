@@ -1,8 +1,8 @@
 """`python -m benchmark.bench backbones`: training and extraction images/s per backbone.
 
 A plain PyTorch loop over one batch of random images held on the device (no loader, no
-Lightning): forward, an L2-normalised 512-D projection, Circle loss, backward and an AdamW
-step; then `torch.no_grad` extraction of the same batch. It measures what the device itself
+Lightning): forward, a 512-D projection, Circle loss (in float32, as in training), backward and
+an AdamW step; then `torch.no_grad` extraction of the same batch. It measures what the device itself
 does with each backbone: the figure that turns a suite's images into GPU-hours (`--csv` appends
 the rows, with their device, torch version and date, to a file such as `results/throughput.csv`).
 
@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from benchmark.manual import manual_line
+from benchmark.bench.timing import bench_parser
+from losses import CircleLoss
 
 DEFAULT_BACKBONES = (
     "bninception",
@@ -76,20 +76,6 @@ class _Pooled(nn.Module):
         return self.backbone.forward_features(x).mean(dim=(2, 3))  # type: ignore[operator]
 
 
-def pair_loss(embeddings: Tensor, labels: Tensor, gamma: float = 80.0, m: float = 0.4) -> Tensor:
-    """Circle loss (Sun et al., CVPR 2020, Eq. 6) on the batch: the cost a training step pays."""
-    z = F.normalize(embeddings.float(), dim=1)
-    s = z @ z.T
-    same = labels[:, None] == labels[None, :]
-    eye = torch.eye(len(labels), dtype=torch.bool, device=z.device)
-    pos, neg = same & ~eye, ~same
-    ap = (1 + m - s).clamp_min(0).detach()
-    an = (s + m).clamp_min(0).detach()
-    logit_p = torch.where(pos, -gamma * ap * (s - (1 - m)), -torch.inf)
-    logit_n = torch.where(neg, gamma * an * (s - m), -torch.inf)
-    return F.softplus(torch.logsumexp(logit_n, 1) + torch.logsumexp(logit_p, 1)).mean()
-
-
 def images_per_s(step: Callable[[], object], batch: int, steps: int, warmup: int, sync) -> float:
     for _ in range(warmup):
         step()
@@ -113,6 +99,7 @@ def measure(name: str, args: argparse.Namespace, device: torch.device) -> dict[s
     images = torch.rand(args.batch, 3, args.image_size, args.image_size, device=device)
     labels = torch.arange(args.batch, device=device) // 4  # P x 4 images a class
     bf16 = args.precision == "bf16-mixed"
+    loss = CircleLoss(m=0.4, gamma=80.0)  # the fine-grained setting
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def autocast():
@@ -121,8 +108,8 @@ def measure(name: str, args: argparse.Namespace, device: torch.device) -> dict[s
     def train_step() -> None:
         optimiser.zero_grad(set_to_none=True)
         with autocast():
-            loss = pair_loss(head(backbone(images)), labels)
-        loss.backward()
+            embeddings = head(backbone(images))
+        loss(embeddings.float(), labels).backward()
         optimiser.step()
 
     def extract_step() -> None:
@@ -148,11 +135,7 @@ def measure(name: str, args: argparse.Namespace, device: torch.device) -> dict[s
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmark.bench backbones",
-        description=__doc__,
-        epilog=manual_line("bench backbones"),
-    )
+    parser = bench_parser("backbones", __doc__)
     parser.add_argument("--backbone", action="append", help="repeatable (default: five)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", choices=["32-true", "bf16-mixed"], default="bf16-mixed")

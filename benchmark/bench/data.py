@@ -26,8 +26,7 @@ from PIL import Image
 from torch.utils.data import DataLoader
 from torchvision.datasets import ImageFolder
 
-from benchmark.bench.timing import median_seconds
-from benchmark.manual import manual_line
+from benchmark.bench.timing import bench_parser, median_seconds
 from datamodules import CUB200DataModule, SyntheticDataModule
 from datamodules.transforms import fine_grained_transform
 
@@ -43,16 +42,8 @@ def write_jpeg_folder(root: Path, classes: int, per_class: int) -> Path:
         for n in range(per_class):
             image_id = len(images) + 1
             name = f"{c:03d}.Class_{c}/Class_{c}_{n:04d}.jpg"
-            phase = rng.uniform(0, 6.3, 3)
-            pixels = (
-                np.stack(
-                    [np.sin(x / 37 + phase[i]) + np.cos(y / 23 - phase[i]) for i in range(3)],
-                    axis=-1,
-                )
-                * 60
-                + 128
-                + rng.normal(0, 12, (300, 400, 3))
-            )
+            waves = [np.sin(x / 37 + p) + np.cos(y / 23 - p) for p in rng.uniform(0, 6.3, 3)]
+            pixels = np.stack(waves, axis=-1) * 60 + 128 + rng.normal(0, 12, (300, 400, 3))
             path = base / "images" / name
             path.parent.mkdir(parents=True, exist_ok=True)
             Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(path, quality=90)
@@ -75,11 +66,7 @@ def images_per_second(loader: DataLoader, batches: int, repeat: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmark.bench data",
-        description=__doc__,
-        epilog=manual_line("bench data"),
-    )
+    parser = bench_parser("data", __doc__)
     parser.add_argument("--classes", type=int, default=32, help="classes in the JPEG folder")
     parser.add_argument("--per-class", type=int, default=20, help="JPEGs per class")
     parser.add_argument("--batches", type=int, default=5, help="batches per timed pass")
@@ -98,21 +85,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{'loader':<44}{'workers':>8}{'images/s':>10}{'vs ImageFolder':>16}")
         for workers in args.workers:
             common = {"p": p, "k": k, "num_workers": workers, "image_size": size}
-            baseline_ds = ImageFolder(
-                str(root / "images"), transform=fine_grained_transform(size, train=True)
+            folder = ImageFolder(str(root / "images"), fine_grained_transform(size, train=True))
+            loader = DataLoader(
+                folder,
+                p * k,
+                shuffle=True,
+                drop_last=True,
+                num_workers=workers,
+                persistent_workers=workers > 0,
             )
-            baseline = images_per_second(
-                DataLoader(
-                    baseline_ds,
-                    batch_size=p * k,
-                    shuffle=True,
-                    drop_last=True,
-                    num_workers=workers,
-                    persistent_workers=workers > 0,
-                ),
-                args.batches,
-                args.repeat,
-            )
+            baseline = images_per_second(loader, args.batches, args.repeat)
             rows = [("torchvision ImageFolder (baseline)", baseline)]
             cub = CUB200DataModule(root, train_classes=args.classes - 1, **common)
             rows.append(("CUB200DataModule, JPEG folder, P-K", _train(cub, args)))

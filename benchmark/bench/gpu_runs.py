@@ -7,7 +7,6 @@ on small sizes), since nothing here but the timings depends on the device.
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -19,11 +18,10 @@ from torch.utils.data import DataLoader, Dataset
 from benchmark.bench.data import write_jpeg_folder
 from benchmark.bench.eval import faiss_top_k
 from benchmark.bench.eval_data import CASES, make_data, scaled_case
-from benchmark.bench.gpu_steps import Result, Step
-from benchmark.bench.timing import gpu_peak
-from benchmark.bench.train import bare_images_per_s, lightning_images_per_s, repeat
+from benchmark.bench.gpu import Result, Step
+from benchmark.bench.timing import gpu_peak, median_seconds
+from benchmark.bench.train import bare_images_per_s, configured, lightning_images_per_s, repeat
 from benchmark.evaluation import RetrievalEvaluator
-from benchmark.training.cli import CircleBenchCLI
 from benchmark.training.module import MetricLearningModule
 from datamodules import CUB200DataModule, SyntheticDataModule
 from datamodules.base import RetrievalDataModule, Split
@@ -98,11 +96,7 @@ class Runner:
     def _model(self, channels_last: bool) -> tuple[MetricLearningModule, RetrievalDataModule]:
         """The config's module (seeded) and generated data of its P×K and image size."""
         torch.manual_seed(0)
-        cli = CircleBenchCLI(
-            ["--config", str(self.args.config), "--wandb=false",
-             f"--trainer.default_root_dir={self._tmp.name}"],
-            run=False,
-        )  # fmt: skip
+        cli = configured(self.args.config, self._tmp.name)
         module, images = cli.model, cli.datamodule
         if channels_last:  # convolutions then run NHWC, the layout tensor cores want
             module = module.to(memory_format=torch.channels_last)
@@ -200,14 +194,12 @@ class Runner:
         return Result(step, seconds, peak, got == answer, ev.last_backend)
 
     def _median(self, fn: Any) -> float:
-        times = []
-        for _ in range(self.args.repeat):
-            start = time.perf_counter()
+        def synced() -> None:
             fn()
             if self.kind == "cuda":
                 torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
+
+        return median_seconds(synced, warmup=0, repeat=self.args.repeat)
 
     def _pinned(self, loader: DataLoader) -> DataLoader:
         """`loader` with page-locked batches on CUDA, as a Trainer there gets them."""

@@ -11,7 +11,6 @@ different reduction and so is not value-checked.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import statistics
@@ -23,8 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import losses as L
-from benchmark.bench.timing import machine, median_seconds
-from benchmark.manual import manual_line
+from benchmark.bench.timing import bench_parser, machine, median_seconds
 
 INF = torch.inf
 BATCHES = {80: 5, 256: 4, 1024: 4}  # B -> K
@@ -225,9 +223,7 @@ def interleaved_medians(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmark.bench losses", epilog=manual_line("bench losses")
-    )
+    parser = bench_parser("losses")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCHES))
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--only", default="", help="run the cases whose name contains this")

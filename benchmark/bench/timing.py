@@ -1,16 +1,24 @@
-"""Timing and memory helpers shared by the benchmark scripts."""
+"""What the benchmark scripts share: their parser, timing and memory helpers, the machine line."""
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from benchmark.evaluation.arithmetic import cpu_flags
+from benchmark.manual import manual_line
 
 T = TypeVar("T")
+
+
+def bench_parser(what: str, doc: str | None = None, **kwargs: Any) -> argparse.ArgumentParser:
+    """The parser of `python -m benchmark.bench <what>`, described by `doc`."""
+    prog, epilog = f"python -m benchmark.bench {what}", manual_line(f"bench {what}")
+    return argparse.ArgumentParser(prog=prog, description=doc, epilog=epilog, **kwargs)
 
 
 def median_seconds(fn: Callable[[], object], *, warmup: int = 3, repeat: int = 10) -> float:

@@ -20,7 +20,6 @@ benchmark.
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
@@ -30,8 +29,7 @@ import pytorch_lightning as pl
 import torch
 
 from benchmark.bench import cells
-from benchmark.bench.timing import machine
-from benchmark.manual import manual_line
+from benchmark.bench.timing import bench_parser, machine
 from benchmark.training.cli import CircleBenchCLI
 from benchmark.training.embedders import Embedder
 from core.devices import chosen_device, float32_modes, precision_label
@@ -101,12 +99,15 @@ def repeat(batch):
         yield batch
 
 
+def configured(config: Path, root: str) -> CircleBenchCLI:
+    """The objects `config` builds (model, datamodule, config), nothing run, nothing logged."""
+    args = ["--config", str(config), "--wandb=false", f"--trainer.default_root_dir={root}"]
+    return CircleBenchCLI(args, run=False)
+
+
 def config_throughput(config: Path, steps: int, warmup: int, device: torch.device) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        cli = CircleBenchCLI(
-            ["--config", str(config), "--wandb=false", f"--trainer.default_root_dir={tmp}"],
-            run=False,
-        )
+        cli = configured(config, tmp)
     module, data = cli.model, cli.datamodule
     data.setup("fit")
     fixed = next(iter(data.train_dataloader()))
@@ -148,11 +149,7 @@ def gpu_resnet50(steps: int, warmup: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmark.bench train",
-        description=__doc__,
-        epilog=manual_line("bench train"),
-    )
+    parser = bench_parser("train", __doc__)
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                         help="where the config trains (auto: CUDA where visible)")  # fmt: skip
