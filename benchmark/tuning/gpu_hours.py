@@ -1,22 +1,13 @@
 """GPU-hours of a run and of a tuning study, before anything starts (`--plan`).
 
-Every cell and study is resolved from the suite file and the configs (read as YAML, with the
-suite's `--key=value` overrides applied: dataset, backbone, image size, P x K, epochs,
-precision), the real datasets' official split sizes (`DatasetInfo.counts`), and a table of
-measured images/s per backbone and GPU, `results/throughput.csv` (the rows of
-`python -m benchmark.bench backbones --csv`, each with its device, torch version, date and
-source).
-
-A run's GPU time is its training images (the train split, each epoch) over the table's
-training rate plus its evaluated images (the test split once; while tuning, the validation fold
-after each epoch) over its extraction rate, both scaled from the table's image size by the pixel
-count. The table is per architecture: a timm weights tag (`vit_small_patch14_dinov2.lvd142m`)
-reads the row of `vit_small_patch14_dinov2`. On the frozen track (`CachedFeatureDataModule`) the
-backbone runs once, to fill the feature cache: each training image in each cached view and each
-test image, over the extraction rate, shared by every cell and study of that extractor on that
-data; its heads then train on cached features with no backbone pass, which is not counted.
-Loaders, start-up, checkpoints and evaluation's similarity product are not counted either: the
-figure is a lower bound of the GPU's own time.
+Cells and studies are resolved from the suite file and the configs (YAML, with the suite's
+`--key=value` overrides applied), the real datasets' official split sizes, and a table of
+measured images/s per backbone and GPU, `results/throughput.csv` (rows of `python -m
+benchmark.bench backbones --csv`; a timm weights tag reads its architecture's row). Images
+trained count at the table's training rate, images evaluated at its extraction rate, both
+scaled from the table's image size by the pixel count; on the frozen track the backbone runs
+once, to fill the feature cache (`cache_hours`). Loaders, start-up, checkpoints and the
+similarity product are not counted: the figure is a lower bound of the GPU's own time.
 """
 
 from __future__ import annotations

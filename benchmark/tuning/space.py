@@ -253,9 +253,6 @@ def describe(space: SearchSpace) -> str:
         d = p.distribution
         if isinstance(d, optuna.distributions.CategoricalDistribution):
             out.append(f"  {p.name}: one of {list(d.choices)}")
-        else:
-            assert isinstance(
-                d, optuna.distributions.FloatDistribution | optuna.distributions.IntDistribution
-            )
+        elif isinstance(d, _NUMERIC):
             out.append(f"  {p.name}: [{d.low:g}, {d.high:g}]{' log' if d.log else ''}  ({p.path})")
     return "\n".join(out)

@@ -182,10 +182,6 @@ def trials_csv(trials: list[FrozenTrial], experiment: Experiment) -> str:
     return out.getvalue()
 
 
-def _values(trials: list[FrozenTrial]) -> list[float]:
-    return [float(t.value) for t in trials if t.value is not None]
-
-
 def _counts(trials: list[FrozenTrial]) -> dict[str, int]:
     retried = {t.user_attrs[RETRY_OF] for t in trials if RETRY_OF in t.user_attrs}
     failed = [t for t in trials if t.state == TrialState.FAIL and DUPLICATE_OF not in t.user_attrs]
