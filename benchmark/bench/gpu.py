@@ -106,12 +106,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--skip", action="append", choices=SECTIONS, default=[], help="leave a section out"
     )
     args = parser.parse_args(argv)
-    for name in ("steps", "repeat"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
-    for name in ("warmup", "workers"):  # 0 workers: loading in the main process
-        if getattr(args, name) < 0:
-            parser.error(f"--{name} must be >= 0, got {getattr(args, name)}")
+    # 0 workers: loading in the main process
+    for name, least in (("steps", 1), ("repeat", 1), ("warmup", 0), ("workers", 0)):
+        if getattr(args, name) < least:
+            parser.error(f"--{name} must be >= {least}, got {getattr(args, name)}")
     if not args.config.is_file():
         parser.error(f"--config {args.config}: no such file; pass an experiments/*/*.yaml")
     return args

@@ -35,13 +35,15 @@ def _pairs(x: Tensor, y: Tensor, normalize: bool = True) -> tuple[Tensor, Tensor
     return x @ x.T, same & ~torch.eye(len(y), dtype=torch.bool), ~same
 
 
-def plain_circle(mod, x, y):
-    sim, pos, neg = _pairs(x, y)
-    m, g = mod.m, mod.gamma
+def _circle(sim: Tensor, pos: Tensor, neg: Tensor, m: float, g: float) -> Tensor:
     ap, an = (1 + m - sim).clamp_min(0).detach(), (sim + m).clamp_min(0).detach()
     lp = torch.logsumexp(torch.where(pos, -g * ap * (sim - 1 + m), -INF), 1)
     ln = torch.logsumexp(torch.where(neg, g * an * (sim - m), -INF), 1)
     return F.softplus(lp + ln).mean()
+
+
+def plain_circle(mod, x, y):
+    return _circle(*_pairs(x, y), mod.m, mod.gamma)
 
 
 def open_source_circle(mod, x, y):
@@ -77,11 +79,8 @@ def plain_multi_similarity(mod, x, y):
         s_p_kept = s_p[s_p - mod.epsilon < s_n.max()]
         if len(s_p_kept) and len(s_n_kept):
             p = torch.log1p(torch.exp(-mod.alpha * (s_p_kept - mod.base)).sum()) / mod.alpha
-            total = (
-                total
-                + p
-                + torch.log1p(torch.exp(mod.beta * (s_n_kept - mod.base)).sum()) / mod.beta
-            )
+            n = torch.log1p(torch.exp(mod.beta * (s_n_kept - mod.base)).sum()) / mod.beta
+            total = total + p + n
     return total / len(y)
 
 
@@ -132,11 +131,7 @@ def plain_arcface(mod, x, y):
 def plain_circle_proxies(mod, x, y):
     sim = _cosine_logits(mod, x)
     pos = F.one_hot(y, sim.shape[1]).bool()
-    m, g = mod.m, mod.gamma
-    ap, an = (1 + m - sim).clamp_min(0).detach(), (sim + m).clamp_min(0).detach()
-    lp = torch.logsumexp(torch.where(pos, -g * ap * (sim - 1 + m), -INF), 1)
-    ln = torch.logsumexp(torch.where(~pos, g * an * (sim - m), -INF), 1)
-    return F.softplus(lp + ln).mean()
+    return _circle(sim, pos, ~pos, mod.m, mod.gamma)
 
 
 def plain_center(mod, x, y):

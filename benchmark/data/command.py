@@ -30,17 +30,16 @@ def _parser() -> argparse.ArgumentParser:
     epilog = manual_line("data")
     parser = ArgumentParser(prog="circlebench data", description=__doc__, epilog=epilog)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser(
-        "list", help="the datasets, their protocol and official split sizes", epilog=epilog
-    )
-    info = commands.add_parser(
-        "info", help="official source, licence and expected layout", epilog=epilog
-    )
-    info.add_argument("dataset")
-    verify = commands.add_parser(
-        "verify", help="split sizes vs official, missing/bad images", epilog=epilog
-    )
-    verify.add_argument("dataset")
+    about = {
+        "list": "the datasets, their protocol and official split sizes",
+        "info": "official source, licence and expected layout",
+        "verify": "split sizes vs official, missing/bad images",
+        "download": "fetch + check + extract where possible",
+    }
+    sub = {name: commands.add_parser(name, help=about[name], epilog=epilog) for name in about}
+    for name in ("info", "verify", "download"):
+        sub[name].add_argument("dataset")
+    verify, download = sub["verify"], sub["download"]
     verify.add_argument("--root", type=Path, required=True, help="the dataset folder")
     verify.add_argument(
         "--train-classes",
@@ -51,10 +50,6 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument(
         "--no-decode", action="store_true", help="only check that the files exist (faster)"
     )
-    download = commands.add_parser(
-        "download", help="fetch + check + extract where possible", epilog=epilog
-    )
-    download.add_argument("dataset")
     download.add_argument("--root", type=Path, required=True, help="folder to extract into")
     download.add_argument("--timeout", type=float, default=10.0, help="network timeout, seconds")
     return parser
