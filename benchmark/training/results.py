@@ -41,15 +41,10 @@ def result_row(
     provenance: dict[str, str | float],
     tuning: str = "",
 ) -> ResultRow:
-    """The row of a finished test, read from the objects that ran it.
-
-    Args:
-        loss_params: the loss's constructor arguments as configured (JSON).
-        trained: the checkpoint that was evaluated; None for the untrained model, recorded as
-            the floor (loss `none (pretrained)`, 0 epochs).
-        provenance: `wall_time_s`, `git_sha`, `config_hash`, `run_dir` and `cell_recipe`.
-        tuning: the budget a tuned setting was found with (`--tuning`); "" as configured.
-    """
+    """The row of a finished test, read from the objects that ran it: `loss_params` are the
+    loss's configured arguments (JSON), `trained` the evaluated checkpoint (None: the untrained
+    model, recorded as the floor), `provenance` the wall time, git sha, config hash, run folder
+    and cell recipe, `tuning` the budget of a tuned setting ("" as configured)."""
     if model.test_result is None:
         raise ValueError("result_row: the model has not been tested (no test_result)")
     report = model.test_result.report

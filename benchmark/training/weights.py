@@ -57,7 +57,8 @@ def pretrained_backbone(
         model = _timm_hub_backbone(name)
         return model, _timm_convention(model), "timm-hub"
     state, source = _pretrained_state(name, pretrained)
-    tf_lite0 = name in LITE0 and state is not None and lite0.is_efficientnet_pytorch_state(state)
+    # EfficientNet-PyTorch's names, as in the package's file: TF-trained Lite0 weights
+    tf_lite0 = name in LITE0 and state is not None and "_conv_stem.weight" in state
     classifier: str | tuple[str, ...] | None
     if name == "bninception":
         model, convention, classifier = BNInception(num_classes=0), BNINCEPTION_INPUT, "last_linear"

@@ -126,6 +126,9 @@ def parse_experiment(config: Path, overrides: tuple[str, ...], space: SearchSpac
         ValueError: the config's loss is not the space's, or a searched name is not set by it.
     """
     parsed = parsed_config(config, overrides)
+    # A cached-feature DataModule takes its splits (and the fold) from the images it wraps.
+    images = parsed["data"].get("init_args", {}).get("images")
+    cached = isinstance(images, dict) and "class_path" in images
     loss = parsed["model"]["loss"]["class_path"]
     if loss != space.loss:
         raise ValueError(
@@ -136,7 +139,7 @@ def parse_experiment(config: Path, overrides: tuple[str, ...], space: SearchSpac
         config=config,
         overrides=overrides,
         space=space,
-        datamodule=datamodule_prefix(parsed["data"]),
+        datamodule="data.init_args.images.init_args." if cached else "data.init_args.",
         class_counts=tuple(class_count_paths(parsed["model"]["loss"], "model.loss")),
         defaults=space.values_in(parsed),
     )
@@ -148,15 +151,6 @@ def parsed_config(config: Path, overrides: tuple[str, ...]) -> dict[str, Any]:
 
     cli = CircleBenchCLI(args=["--config", str(config), *overrides], run=False, parse_only=True)
     return yaml.safe_load(cli.parser.dump(cli.config, format="yaml"))
-
-
-def datamodule_prefix(data: dict) -> str:
-    """Config path prefix of the image DataModule: a cached-feature DataModule takes its
-    splits (and the fold) from the image DataModule it wraps."""
-    images = data.get("init_args", {}).get("images")
-    if isinstance(images, dict) and "class_path" in images:
-        return "data.init_args.images.init_args."
-    return "data.init_args."
 
 
 def class_count_paths(node: dict, path: str) -> list[tuple[str, int]]:

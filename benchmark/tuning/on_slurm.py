@@ -32,12 +32,8 @@ FOLDER = Path("results/tuning/slurm")  # submitit's files of each job
 
 
 def worker(task: Task, threads: int, index: int) -> None:
-    """What array task `index` runs: trials of `task`'s study until its budget is spent.
-
-    Its sampler draws from a stream of its own (`study.stream_seed` mixes in `index`): workers
-    in separate processes seeded alike would draw the same settings (the local workers are
-    threads of one sampler), and a proposal that repeats a setting is redrawn anyway.
-    """
+    """What array task `index` runs: trials of `task`'s study until its budget is spent, its
+    sampler on a stream of its own (`study.stream_seed` mixes in `index`)."""
     experiment, study = task.experiment(), task.open_study()
     proposer = Proposer(task.budget, experiment.space.distributions(), worker=index)
 

@@ -147,20 +147,16 @@ def _spending(trials: list[FrozenTrial]) -> list[FrozenTrial]:
 
 
 def counted(study: optuna.Study) -> int:
-    """The distinct settings that spend the budget (`_spending`); two trials of one setting
-    count once, so a study that repeated settings before redrawing existed runs on to its
-    full budget of distinct ones when resumed."""
+    """The distinct settings that spend the budget (`_spending`): two trials of one setting
+    count once."""
     return len({setting(t) for t in _spending(study.get_trials(deepcopy=False))})
 
 
 class Proposer:
-    """Asks a study for trials whose setting no finished or running trial has.
-
-    Called under the budget lock by every worker of one process (threads share it). Its first
-    call seeds the study's sampler from the trials begun so far (`stream_seed`); each call
-    then asks with every distribution of `space` at once, so the values are known before the
-    trial runs, and redraws a proposal that repeats a setting.
-    """
+    """Asks a study for trials whose setting no finished or running trial has, under the
+    budget lock, for every worker (thread) of one process. Its first call seeds the sampler
+    (`stream_seed`); each asks with every distribution of `space` at once, so the values are
+    known before the trial runs."""
 
     def __init__(
         self, budget: Budget, space: Mapping[str, BaseDistribution], worker: int = 0
@@ -201,10 +197,9 @@ LOCK_GRACE_S = 30
 
 @contextlib.contextmanager
 def budget_lock(storage_url: str) -> Iterator[None]:
-    """Held while a worker counts trials and asks for one; a symlink lock beside a journal file
-    works across hosts on a shared file system (Optuna's own journal lock). A lock left by a
-    killed worker is broken after `LOCK_GRACE_S`: Optuna dates it by the file it points to,
-    which must exist (without it, a waiter spun forever)."""
+    """Held while a worker counts trials and asks for one: Optuna's symlink lock beside a
+    journal file, which works across hosts on a shared file system. A lock left by a killed
+    worker is broken after `LOCK_GRACE_S`, dated by the file it points to, which must exist."""
     path = storage_url if "://" not in storage_url else _rdb_lock_path(storage_url)
     Path(f"{path}.budget").touch()
     lock = JournalFileSymlinkLock(f"{path}.budget", grace_period=LOCK_GRACE_S)
@@ -312,11 +307,8 @@ def work(
     done: Done | None = None,
 ) -> None:
     """Run trials of `study` until it has `proposer.budget.trials` distinct settings (the loop
-    in the module docstring); threads of one process share `proposer`.
-
-    Once `stop` is set (Ctrl-C), a trial that then ends in an error is left RUNNING, not
-    failed: its folds were killed, so a later `tune` recovers it as interrupted and reruns it.
-    """
+    in the module docstring). Once `stop` is set (Ctrl-C), a trial ending in an error is left
+    RUNNING: its folds were killed, and a later `tune` recovers it as interrupted."""
     me = Worker.here()
     while not stop.is_set():
         with budget_lock(storage_url):
