@@ -32,7 +32,6 @@ from benchmark.training.checkpoints import (
     resumable_run,
 )
 from benchmark.training.loggers import (
-    DEFAULT_TRACK,
     ConfigToLoggersCallback,
     RunLabels,
     build_loggers,
@@ -215,7 +214,7 @@ class CircleBenchCLI(LightningCLI):
             loss=f"{Path(str(configs[-1])).stem}{tuned}" if configs else loss_class,
             loss_class=loss_class,
             paradigm=str(self.model.loss.paradigm),
-            track=self._get(self.config, "track") or DEFAULT_TRACK,  # a config may name one
+            track=self.datamodule.track,
             seed=self._get(self.config, "seed_everything"),
             suite=self._get(self.config, "suite") or "",
             cell_id=self._get(self.config, "cell_id") or "",

@@ -64,7 +64,7 @@ def run_version() -> str:
     )
 
 
-DEFAULT_TRACK = "end-to-end"  # the only training track so far: the whole network is trained
+DEFAULT_TRACK = "end-to-end"  # a record without a track: the whole network was trained
 
 
 @dataclass(frozen=True)
