@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,18 +36,6 @@ DEFAULT_BACKBONES = (
     "vit_small_patch16_224",
     "vit_small_patch14_dinov2",
     "vit_base_patch14_dinov2",
-)
-COLUMNS = (
-    "backbone",
-    "device",
-    "precision",
-    "image_size",
-    "batch",
-    "train_images_per_s",
-    "extract_images_per_s",
-    "torch",
-    "date",
-    "source",
 )
 
 
@@ -88,7 +75,7 @@ def images_per_s(step: Callable[[], object], batch: int, steps: int, warmup: int
 
 
 def measure(name: str, args: argparse.Namespace, device: torch.device) -> dict[str, object]:
-    """One backbone's training and extraction rates on `device`."""
+    """One backbone's training and extraction rates on `device`: a row of the `--csv` table."""
     torch.manual_seed(0)
     backbone = build(name).to(device)
     head = nn.Linear(int(backbone.num_features), 512).to(device)  # type: ignore[arg-type]
@@ -145,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--csv", type=Path, help="append the rows to this CSV file")
     parser.add_argument("--threads", type=int, help="torch's CPU threads (default: torch's)")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -163,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.csv is not None:
         new = not args.csv.is_file()
         with args.csv.open("a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))  # the columns of `measure`
             if new:
                 writer.writeheader()
             writer.writerows(rows)

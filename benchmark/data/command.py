@@ -152,11 +152,8 @@ def _check_files(split: Split, decode: bool) -> tuple[list[str], list[str]]:
 
 def _verify(console: Console, args: argparse.Namespace) -> None:
     cls = _dataset(args.dataset)
-    options: dict[str, Any] = {}
-    if args.train_classes is not None:
-        options["train_classes"] = args.train_classes
-    if args.include_val:
-        options["include_val"] = True
+    chosen = {"train_classes": args.train_classes, "include_val": args.include_val or None}
+    options = {name: value for name, value in chosen.items() if value is not None}
     try:
         dm = cls(root=args.root, **options)
     except TypeError:
