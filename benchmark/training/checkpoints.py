@@ -160,23 +160,17 @@ def check_matches_config(ckpt_path: str | Path, config: dict[str, Any], *, train
         if saved is not None and saved != wanted:
             problems.append(f"model.{part}: checkpoint {_short(saved)}, config {_short(wanted)}")
     if data:
-        saved_data = {
-            "class_path": data.pop("_class_path", None),
-            "init_args": {k: v for k, v in data.items() if not k.startswith("_")},
-        }
-        wanted_data = copy.deepcopy(config["data"])
-        for spec in (saved_data, wanted_data):
-            for name in DATA_LOCATION if training else (*DATA_LOCATION, *DATA_BATCHES):
-                spec.get("init_args", {}).pop(name, None)
-        wanted_args = wanted_data.get("init_args", {})
+        ignored = DATA_LOCATION if training else (*DATA_LOCATION, *DATA_BATCHES)
+        saved_class, wanted_class = data.pop("_class_path", None), config["data"].get("class_path")
+        wanted = config["data"].get("init_args", {})
         differing = {
-            k: (v, wanted_args.get(k)) for k, v in saved_data["init_args"].items()
-            if k in wanted_args and wanted_args[k] != v
+            k: (v, wanted[k]) for k, v in data.items()
+            if not k.startswith("_") and k not in ignored and k in wanted and wanted[k] != v
         }  # fmt: skip
-        if saved_data["class_path"] != wanted_data.get("class_path") or differing:
+        if saved_class != wanted_class or differing:
             problems.append(
-                f"data: checkpoint {saved_data['class_path']} vs config "
-                f"{wanted_data.get('class_path')}; differing (checkpoint, config): {differing}"
+                f"data: checkpoint {saved_class} vs config {wanted_class}; "
+                f"differing (checkpoint, config): {differing}"
             )
     if problems:
         raise ValueError(

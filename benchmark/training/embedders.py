@@ -119,7 +119,8 @@ class PooledBackbone(nn.Module):
         tokens = is_token_backbone(backbone)
         _check_pooling(backbone, pooling, tokens)  # before the (slow) backbone is built
         self.backbone_name = backbone
-        self.backbone, convention, self._source = pretrained_backbone(backbone, pretrained)
+        self.backbone, convention, source = pretrained_backbone(backbone, pretrained)
+        self.pretrained_source = source  # "none", the package's name, a path, or "timm-hub"
         self.pool: GlobalPool | TokenPool
         if tokens:
             prefix = int(cast(int, self.backbone.num_prefix_tokens))
@@ -130,11 +131,6 @@ class PooledBackbone(nn.Module):
         mean, std = torch.tensor(convention.mean), torch.tensor(convention.std)
         self.register_buffer("input_mean", mean.view(1, 3, 1, 1), persistent=False)
         self.register_buffer("input_std", std.view(1, 3, 1, 1), persistent=False)
-
-    @property
-    def pretrained_source(self) -> str:
-        """Where the backbone weights came from: "none", the package name, a path, "timm-hub"."""
-        return self._source
 
     @property
     def num_features(self) -> int:
@@ -259,7 +255,7 @@ class Embedder(PooledBackbone, EmbedderBase):
     def extra_repr(self) -> str:
         return (
             f"backbone={self.backbone_name!r}, embedding_dim={self.embedding_dim}, "
-            f"pretrained={self._source!r}, freeze_bn={self.freeze_bn}, head={self.head!r}"
+            f"pretrained={self.pretrained_source!r}, freeze_bn={self.freeze_bn}, head={self.head!r}"
         )
 
 
@@ -296,7 +292,7 @@ class BackboneFeatures(PooledBackbone):
 
     def extra_repr(self) -> str:
         return (
-            f"backbone={self.backbone_name!r}, pretrained={self._source!r}, "
+            f"backbone={self.backbone_name!r}, pretrained={self.pretrained_source!r}, "
             f"pooling={self.pool.kind!r}"
         )
 
