@@ -98,25 +98,14 @@ class Experiment:
             for path, total in self.class_counts
         ]
         return [
-            "fit",
-            "--config",
-            str(self.config),
-            "--seed_everything",
-            str(budget.seed),
-            *self.overrides,
-            *self.space.overrides(values),
-            f"--{self.datamodule}folds={budget.folds}",
-            f"--{self.datamodule}fold={fold}",
-            *counts,
-            f"--trainer.max_epochs={budget.max_epochs}",
-            "--trainer.check_val_every_n_epoch=1",
-            "--trainer.enable_checkpointing=false",
-            "--trainer.enable_progress_bar=false",
-            "--trainer.enable_model_summary=false",
-            f"--trainer.default_root_dir={run_root}",
-            "--test_after_fit=false",
-            "--wandb=false",
-        ]
+            "fit", "--config", str(self.config), "--seed_everything", str(budget.seed),
+            *self.overrides, *self.space.overrides(values),
+            f"--{self.datamodule}folds={budget.folds}", f"--{self.datamodule}fold={fold}", *counts,
+            f"--trainer.max_epochs={budget.max_epochs}", "--trainer.check_val_every_n_epoch=1",
+            "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false",
+            "--trainer.enable_model_summary=false", f"--trainer.default_root_dir={run_root}",
+            "--test_after_fit=false", "--wandb=false",
+        ]  # fmt: skip
 
 
 def parse_experiment(config: Path, overrides: tuple[str, ...], space: SearchSpace) -> Experiment:

@@ -1,14 +1,11 @@
 """`circlebench tune --launcher slurm --workers W`: W study workers per study as Slurm array tasks.
 
-Every array task runs the same loop as a local worker (`study.work`) on the study's storage,
-which must be on the file system shared with the nodes: the journal file and the budget's
-symlink lock beside it are what keeps two workers from running one trial and all of them
-within the budget, across nodes. A task's fit runs are forked on its own node (`run_forked`),
-one trial at a time. The submitting process creates the study (and its default trial) before
-submitting, waits for the array, then writes the tuned files alone: workers never write them,
-so no two processes race on them. A worker requeued by Slurm (preemption, time limit) starts
-again; the trial it was running is failed as interrupted by the next worker that looks (its
-process is gone, or its heartbeat is stale) and its setting is tried again, once.
+Every array task runs the local workers' loop (`study.work`) on the study's storage, which must
+be on the file system the nodes share: the journal and the budget's lock beside it coordinate
+the workers across nodes. A task forks its fit runs on its node, one trial at a time. The
+submitting process creates each study (and its default trial) first, waits for the array, then
+alone writes the tuned files. A requeued worker starts again; its interrupted trial is retried
+once (`study.recover_stale`).
 """
 
 from __future__ import annotations

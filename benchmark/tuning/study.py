@@ -1,27 +1,15 @@
 """Optuna studies that survive: journal-file or RDB storage, workers, heartbeats, resume.
 
 Storage is Optuna's journal file (safe for several processes on one file system, unlike SQLite)
-unless an RDB URL is given. Every worker runs this loop: under the study's budget lock, recover
-trials whose worker died, stop once the study holds `budget.trials` distinct settings, finished
-or running, else ask for a trial (the default setting, enqueued when the study is created,
-comes first) with every value drawn at once (`Proposer`); outside the lock, run it and tell
-Optuna how it ended. So:
-
-- two workers never run one trial (Optuna hands each asked trial to one caller) and together
-  run exactly `budget.trials` (the count and the ask happen under one lock);
-- no setting runs twice: a proposal equal to a setting finished or running is redrawn (kept as
-  a FAIL marked `duplicate_of`, which spends nothing), and each process draws from a stream of
-  its own (`stream_seed`), so a resumed study or a second worker does not replay the draws of
-  the first;
-- a worker killed outright (SIGKILL, a lost node) leaves its trial RUNNING; the next worker to
-  look marks it FAIL as `interrupted` and enqueues its setting again, once; interrupted trials do
-  not count, and the retry is the one repetition allowed;
-- a trial whose setting raises (a NaN loss, an out-of-memory error, a bad value) is FAIL with
-  the error in its `error` attribute and counts: a space that yields broken settings spends
-  its own budget.
-
-A worker's liveness: on the same host, its process id; elsewhere, a heartbeat it writes into
-its running trials every `HEARTBEAT_S` seconds, stale after `STALE_S`.
+unless an RDB URL is given. Every worker loops (`work`): under the study's budget lock, recover
+the trials of dead workers (`recover_stale`), stop once the study holds `budget.trials` distinct
+settings finished or running (`counted`), else ask for a trial with every value drawn at once,
+redrawing a setting already tried (`Proposer`); outside the lock, run it and tell Optuna how it
+ended. So two workers never run one trial and together run exactly the budget, and no setting
+runs twice but the one retry of a trial whose worker died (that FAIL does not count; a setting
+that raises is a FAIL that does). A worker is alive while its process is (same host) or while
+its heartbeat, written every `HEARTBEAT_S`, is younger than `STALE_S`. The rules in full:
+docs/guides/tuning.md#studies-that-survive.
 """
 
 from __future__ import annotations
