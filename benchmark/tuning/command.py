@@ -40,7 +40,7 @@ from benchmark.tuning.groups import suite_groups
 from benchmark.tuning.history import log_history
 from benchmark.tuning.objective import run_trial
 from benchmark.tuning.on_slurm import tune_on_slurm
-from benchmark.tuning.space import derived_space, describe, space_path
+from benchmark.tuning.space import derived_space, space_path
 from benchmark.tuning.study import Heartbeat, Proposer, counted, work
 from benchmark.tuning.task import RESULTS, Task
 from benchmark.tuning.tuned import TunedFiles, group_files, write_tuned
@@ -248,12 +248,6 @@ def suite_tasks(args: argparse.Namespace, fit_overrides: list[str]) -> list[Task
 def tune(task: Task, *, workers: int, threads: int, console: Console) -> dict:
     """Run (or resume) the study of `task` to its budget and write its tuned files."""
     experiment, study = task.start(console)
-    if task.derived:
-        console.print(
-            f"no experiments/spaces/{task.config.stem}.yaml: searching the space derived from "
-            f"the loss's arguments (written to {task.space}):\n{describe(experiment.space)}",
-            soft_wrap=True,
-        )
     stop = threading.Event()
 
     def objective(trial: optuna.Trial) -> float:

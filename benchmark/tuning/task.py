@@ -10,7 +10,7 @@ import optuna
 from rich.console import Console
 
 from benchmark.tuning.experiment import Budget, Experiment, parse_experiment
-from benchmark.tuning.space import load_space
+from benchmark.tuning.space import describe, load_space
 from benchmark.tuning.study import create_study, enqueue_default, open_storage
 from benchmark.tuning.tuned import TunedFiles
 
@@ -50,4 +50,10 @@ class Task:
         assert experiment.defaults is not None  # parse_experiment reads them
         enqueue_default(study, self.storage, experiment.defaults)
         console.print(f"[bold]{self.study}[/]: {self.budget.describe()}; storage {self.storage}")
+        if self.derived:
+            console.print(
+                f"no experiments/spaces/{self.config.stem}.yaml: searching the space derived from "
+                f"the loss's arguments (written to {self.space}):\n{describe(experiment.space)}",
+                soft_wrap=True,
+            )
         return experiment, study
