@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from benchmark.bench.eval import faiss_top_k
 from benchmark.bench.eval_data import CASES, make_data, scaled_case
 from benchmark.bench.gpu import Result, Step
 from benchmark.bench.timing import gpu_peak, median_seconds
-from benchmark.bench.train import bare_images_per_s, configured, lightning_images_per_s, repeat
+from benchmark.bench.train import bare_images_per_s, configured, lightning_images_per_s
 from benchmark.evaluation import RetrievalEvaluator
 from benchmark.training.module import MetricLearningModule
 from datamodules import CUB200DataModule, SyntheticDataModule

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from itertools import repeat
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -92,11 +93,6 @@ def bare_images_per_s(embedder, loss, batches, steps: int, warmup: int, *, autoc
             images, seconds = images + len(y), seconds + now - start
         start = now
     return images / seconds
-
-
-def repeat(batch):
-    while True:
-        yield batch
 
 
 def configured(config: Path, root: str) -> CircleBenchCLI:
