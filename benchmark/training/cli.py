@@ -253,11 +253,10 @@ class CircleBenchCLI(LightningCLI):
         self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best)
         if best is not None:
             self._record(CheckpointInfo.read(best))
-            return
-        final = self.run_dir / "checkpoints" / LAST  # absent with fast_dev_run
-        trainer = self.trainer
-        path = str(final) if final.is_file() else ""
-        self._record(CheckpointInfo(path, trainer.current_epoch, trainer.global_step))
+        else:  # the final weights (last.ckpt is absent with fast_dev_run)
+            final = self.run_dir / "checkpoints" / LAST
+            path = str(final) if final.is_file() else ""
+            self._record(CheckpointInfo(path, self.trainer.current_epoch, self.trainer.global_step))
 
     def after_test(self) -> None:
         ckpt_path = self._get(self.config, "ckpt_path")

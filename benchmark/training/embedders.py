@@ -238,11 +238,9 @@ class Embedder(PooledBackbone, EmbedderBase):
         return self.neck(self.projection(self.pooled_features(images)))  # [B, D]
 
     def backbone_parameters(self) -> Iterator[nn.Parameter]:
-        """Trainable parameters of the backbone (for its own learning rate)."""
         return (p for p in self.backbone.parameters() if p.requires_grad)
 
     def backbone_parameter_groups(self) -> list[tuple[list[nn.Parameter], float]]:
-        """The backbone's parameters with learning-rate scales: by layer under `layer_decay`."""
         if self.layer_decay is None:
             return super().backbone_parameter_groups()
         return layer_decay_groups(self.backbone, self.layer_decay)
