@@ -18,8 +18,7 @@ Three sections, each next to a baseline measured in the same run:
   arithmetic and faiss-gpu, its metrics checked equal to the CPU evaluator's, its time against
   faiss-gpu's flat top-k, and its GPU memory peak.
 
-Without CUDA it says so and exits 0. The measuring lives in `benchmark.bench.gpu_runs`, which
-imports Lightning; this module holds the plan, its records (`Step`, `Result`) and the table.
+Without CUDA it says so and exits 0. The measuring lives in `benchmark.bench.gpu_runs`.
 """
 
 from __future__ import annotations
@@ -27,48 +26,19 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
+from typing import get_args
 
 import torch
 
+from benchmark.bench.gpu_steps import Result, Section, Step
 from benchmark.bench.timing import bench_parser, machine
 from core.devices import float32_modes
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 DEFAULT_CONFIG = EXPERIMENTS / "cub200" / "circle.yaml"  # BN-Inception, 512-D, P=16 K=5, 224 px
-Section = Literal["train", "loaders", "eval"]
 SECTIONS: tuple[Section, ...] = get_args(Section)
 EVAL_PATHS = ("float32", "float16", "bfloat16", "auto", "faiss")
-
-
-@dataclass(frozen=True)
-class Step:
-    """One measurement. train: `precision`, `channels_last` and `loop` (fit, bare or compute);
-    loaders: `data` (synthetic or jpeg); eval: `case` and `path` (an arithmetic, faiss, or
-    `faiss-top-k`, the peer)."""
-
-    section: Section
-    name: str
-    loop: str = ""
-    precision: str = ""
-    channels_last: bool = False
-    data: str = ""
-    case: str = ""
-    path: str = ""
-
-
-@dataclass(frozen=True)
-class Result:
-    """What a step measured: images/s (train, loaders) or seconds (eval), the GPU memory peak
-    in bytes, and for eval whether the metrics equal the CPU evaluator's (None for a peer)."""
-
-    step: Step
-    value: float
-    gpu_peak: int = 0
-    equal: bool | None = None
-    note: str = ""
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

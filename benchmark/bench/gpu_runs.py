@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 from benchmark.bench.data import write_jpeg_folder
 from benchmark.bench.eval import faiss_top_k
 from benchmark.bench.eval_data import CASES, make_data, scaled_case
-from benchmark.bench.gpu import Result, Step
+from benchmark.bench.gpu_steps import Result, Step
 from benchmark.bench.timing import gpu_peak, median_seconds
 from benchmark.bench.train import bare_images_per_s, configured, lightning_images_per_s
 from benchmark.evaluation import RetrievalEvaluator

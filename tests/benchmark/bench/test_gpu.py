@@ -9,7 +9,7 @@ import torch
 
 from benchmark.bench import gpu
 from benchmark.bench.__main__ import main as bench_main
-from benchmark.bench.gpu import Result, Step
+from benchmark.bench.gpu_steps import Result, Step
 from benchmark.evaluation.arithmetic import ENV_VAR
 
 SYNTHETIC = Path(gpu.EXPERIMENTS) / "synthetic" / "fine_grained" / "circle.yaml"
