@@ -140,16 +140,14 @@ class MetricLearningModule(pl.LightningModule):
             device=evaluation_device(self._trainer),
             rerank=self.hparams["rerank"],
         )
+        if stage != "fit":
+            return
         num_classes = getattr(datamodule, "num_classes", None)
-        if stage == "fit" and num_classes is not None:
+        if num_classes is not None:
             check_num_classes(self.loss, int(num_classes))
         # No validation split (val_classes=0, no folds): validation would run nothing, and
         # Lightning would warn on every run that the list of its loaders is empty.
-        if (
-            stage == "fit"
-            and isinstance(datamodule, RetrievalDataModule)
-            and datamodule.splits()[1] is None
-        ):
+        if isinstance(datamodule, RetrievalDataModule) and datamodule.splits()[1] is None:
             self.trainer.limit_val_batches = 0
 
     def configure_optimizers(self):

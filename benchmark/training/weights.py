@@ -57,7 +57,7 @@ def pretrained_backbone(
         model = _timm_hub_backbone(name)
         return model, _timm_convention(model), "timm-hub"
     state, source = _pretrained_state(name, pretrained)
-    # EfficientNet-PyTorch's names, as in the package's file: TF-trained Lite0 weights
+    # TF-trained Lite0 weights come in EfficientNet-PyTorch's names (the package's file)
     tf_lite0 = name in LITE0 and state is not None and "_conv_stem.weight" in state
     classifier: str | tuple[str, ...] | None
     if name == "bninception":
@@ -67,7 +67,8 @@ def pretrained_backbone(
         kwargs: dict[str, Any] = {"bn_eps": lite0.BN_EPS} if tf_lite0 else {}
         kwargs |= token_backbone_kwargs() if is_token_backbone(name) else {}
         model = timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
-        convention, classifier = _timm_convention(model), _pretrained_cfg(model).get("classifier")
+        convention = _timm_convention(model)
+        classifier = cast(dict[str, Any], model.pretrained_cfg).get("classifier")
     if tf_lite0 and state is not None:
         state, convention = lite0.timm_lite0_state_dict(state, model), TF_LITE_INPUT
     if state is not None:  # fitted and checked first: a mismatch is an error, not a warning
@@ -86,13 +87,8 @@ def _pretrained_state(name: str, pretrained: bool | str) -> tuple[dict[str, Tens
     return _read_state(Path(pretrained)), str(pretrained)
 
 
-def _pretrained_cfg(model: nn.Module) -> dict[str, Any]:
-    """timm's `pretrained_cfg` of `model` (mean, std, classifier name, ...)."""
-    return cast(dict[str, Any], model.pretrained_cfg)
-
-
 def _timm_convention(model: nn.Module) -> InputConvention:
-    cfg = _pretrained_cfg(model)
+    cfg = cast(dict[str, Any], model.pretrained_cfg)  # timm's: mean, std, classifier, ...
     mean, std = cfg.get("mean", IMAGENET_DEFAULT_MEAN), cfg.get("std", IMAGENET_DEFAULT_STD)
     return InputConvention(False, tuple(mean), tuple(std))
 
