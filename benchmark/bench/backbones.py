@@ -22,7 +22,6 @@ import datetime
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -47,10 +46,9 @@ def build(name: str) -> nn.Module:
         return _Pooled(BNInception())
     import timm
 
-    from benchmark.training.tokens import is_token_backbone, token_backbone_kwargs
+    from benchmark.training.tokens import token_backbone_kwargs
 
-    kwargs: dict[str, Any] = token_backbone_kwargs() if is_token_backbone(name) else {}
-    return timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
+    return timm.create_model(name, pretrained=False, num_classes=0, **token_backbone_kwargs(name))
 
 
 class _Pooled(nn.Module):

@@ -31,9 +31,9 @@ def is_token_backbone(name: str) -> bool:
     return name != "bninception" and is_model_in_modules(name, TOKEN_MODULES)
 
 
-def token_backbone_kwargs() -> dict[str, Any]:
-    """`timm.create_model` arguments of every token backbone: any image size (module docstring)."""
-    return {"dynamic_img_size": True, "dynamic_img_pad": True}
+def token_backbone_kwargs(name: str) -> dict[str, Any]:
+    """`timm.create_model` arguments for `name`: any image size for a token backbone, else none."""
+    return {"dynamic_img_size": True, "dynamic_img_pad": True} if is_token_backbone(name) else {}
 
 
 class TokenPool(nn.Module):

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from benchmark.training import lite0
 from benchmark.training.bninception import CHECKPOINT_URL, BNInception
 from benchmark.training.state_dicts import headless_state
-from benchmark.training.tokens import is_token_backbone, token_backbone_kwargs
+from benchmark.training.tokens import token_backbone_kwargs
 
 LITE0 = ("efficientnet_lite0", "tf_efficientnet_lite0")  # same tensors; the package fits both
 
@@ -65,7 +65,7 @@ def pretrained_backbone(
     else:
         # The TF-trained lite0 weights go with TF's BatchNorm epsilon (timm's default is 1e-5).
         kwargs: dict[str, Any] = {"bn_eps": lite0.BN_EPS} if tf_lite0 else {}
-        kwargs |= token_backbone_kwargs() if is_token_backbone(name) else {}
+        kwargs |= token_backbone_kwargs(name)
         model = timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
         convention = _timm_convention(model)
         classifier = cast(dict[str, Any], model.pretrained_cfg).get("classifier")
@@ -95,7 +95,7 @@ def _timm_convention(model: nn.Module) -> InputConvention:
 
 def _timm_hub_backbone(name: str) -> nn.Module:
     try:
-        kwargs = token_backbone_kwargs() if is_token_backbone(name) else {}
+        kwargs = token_backbone_kwargs(name)
         return timm.create_model(name, pretrained=True, num_classes=0, **kwargs)
     except OSError as err:  # no network: huggingface_hub / urllib raise OSError subclasses
         raise RuntimeError(
