@@ -1,30 +1,62 @@
-"""Compiled dot products of scattered pairs of rows: the re-checks of `benchmark.evaluation.ranks`.
+"""Compiled row passes of `similarity`: float32 norms and the dot products of scattered pairs.
 
-Band pairs are scattered over the gallery, so a sampled (SDDMM) product needs them sorted into
-a sparse pattern and gathers rows piece by piece; one compiled loop over the pairs reads each
-row in place, in any pair order, on every core (measured against torch's sampled CSR product:
-docs/benchmarks/evaluation.md#measurements-behind-the-code). Reassociation lets the compiler
-vectorise the sums; the bounds that use these values hold for every summation order, and
-contracting into FMA only drops roundings.
+Every kernel is serial and releases the GIL; `on_threads` runs it over pieces of its range on
+torch's threads. A serial kernel compiles in a fraction of a parallel (`prange`) one's time,
+which the first evaluation after an install pays (docs/benchmarks/evaluation.md).
+
+Band pairs are scattered over the gallery, so a sampled (SDDMM) product would need them sorted
+into a sparse pattern; one compiled loop over the pairs reads each row in place, in any order.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
-from numba import njit, prange
+import torch
+from numba import njit
+
+_PIECES = 4  # pieces per thread: a thread that finishes early takes the next one
 
 
-@njit(parallel=True, nogil=True, cache=True, fastmath={"reassoc", "contract"})
+def on_threads(part: Callable[[int, int], object], n: int) -> None:
+    """part(a, b) over pieces [a, b) that cover [0, n), on `torch.get_num_threads()` threads."""
+    threads = min(torch.get_num_threads(), n)
+    if threads <= 1:
+        part(0, n)
+        return
+    cuts = np.linspace(0, n, _PIECES * threads + 1).astype(np.int64).tolist()
+    with ThreadPoolExecutor(threads) as pool:
+        for done in [pool.submit(part, a, b) for a, b in itertools.pairwise(cuts) if b > a]:
+            done.result()
+
+
+@njit(nogil=True, cache=True)
+def float32_norms(x, norms):
+    """norms[i] = fp32(sqrt(Σ_d x_d² in float64)), summed in order, one pass per row: torch's
+    float64 norm of a float32 matrix converts the whole matrix first. No fastmath: the unit rows
+    (float32 division by these norms) are those of the reference."""
+    for i in range(x.shape[0]):
+        row = x[i]
+        acc = 0.0
+        for d in range(row.size):
+            acc += np.float64(row[d]) * np.float64(row[d])
+        norms[i] = np.float32(np.sqrt(acc))
+
+
+@njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
 def raw_cosines(x, y, x_norms, y_norms, x_rows, y_rows, out):
     """out[m] = (x[i] · y[j] accumulated in float32) / (x_norms[i] · y_norms[j]) in float64,
     for the pairs (i, j) = (x_rows[m], y_rows[m]); float32 rows, float64 norms.
 
-    Four pairs share each pass over d: four independent sums keep the FMA units busy where one
-    sum waits on its own latency.
-    Measured: docs/benchmarks/evaluation.md#measurements-behind-the-code.
+    Reassociation lets the sums vectorise: the bounds on these values hold for every summation
+    order, and contracting into FMA only drops roundings. Four pairs share each pass over d:
+    four independent sums keep the FMA units busy where one sum waits on its own latency.
     """
     quads = out.size // 4
-    for k in prange(quads + out.size % 4):
+    for k in range(quads + out.size % 4):
         if k < quads:
             m = 4 * k
             a0, b0 = x[x_rows[m]], y[y_rows[m]]
@@ -52,14 +84,14 @@ def raw_cosines(x, y, x_norms, y_norms, x_rows, y_rows, out):
             out[m] = np.float64(acc) / (x_norms[i] * y_norms[j])
 
 
-@njit(parallel=True, nogil=True, cache=True, fastmath={"reassoc", "contract"})
+@njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
 def unit_dots(x, y, x_norms, y_norms, x_rows, y_rows, out):
     """out[m] = fp32(Σ_d x̂_d ŷ_d in float64) with x̂ = x / n_x rounded to float32 (float32
     norms): the reference similarity of `evaluation.similarity`. The products of two float32
     numbers are exact in float64, so the order only moves the sum by D·2⁻⁵³ before rounding,
     and every pair goes through the same loop, so identical rows give identical values.
     """
-    for m in prange(out.size):
+    for m in range(out.size):
         a, b = x[x_rows[m]], y[y_rows[m]]
         na, nb = x_norms[x_rows[m]], y_norms[y_rows[m]]
         acc = 0.0
@@ -71,10 +103,8 @@ def unit_dots(x, y, x_norms, y_norms, x_rows, y_rows, out):
 @njit(nogil=True, cache=True)
 def bucket_sort(keys, values, n_keys):
     """(`keys`, `values`) reordered so that `keys` (integers in [0, n_keys)) ascend, stably: a
-    counting sort, O(M + n_keys), that moves the pairs themselves: a comparison sort of the band
-    pairs, O(M log M), can cost more than the products it orders, and gathering both arrays
-    through a permutation costs two random reads a pair, more than the counting sort (measured:
-    docs/benchmarks/evaluation.md#measurements-behind-the-code)."""
+    counting sort, O(M + n_keys), that moves the pairs themselves, where a comparison sort,
+    O(M log M), can cost more than the products it orders."""
     starts = np.zeros(n_keys + 1, np.int64)
     for m in range(keys.size):
         starts[keys[m] + 1] += 1

@@ -9,12 +9,14 @@ counts agree, `hist[i, count] += 1`; otherwise the pair is in the band and goes 
 Keys are the sign-magnitude integers of float32 bit patterns (ordered like the values, -0 = +0).
 Rows with a positive floor compare the raw bits directly, which the compiler vectorises; that
 is what makes the pass cheaper than torch's compare + nonzero + gather (see `bench eval`).
+The scans are serial and release the GIL: `bands` runs them over pieces of their units on
+threads (`_dots.on_threads`), since a parallel kernel takes twice as long to compile.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 TILE = 256  # columns per thread in the column pass: contiguous reads, private counters
 _LINEAR = 16  # segments up to this width are searched linearly, longer ones by bisection
@@ -67,7 +69,7 @@ def _record(fill, idx, cap, band_n, band_q, band_g, q, g):
     band_n[idx] += 1
 
 
-@njit(parallel=True, nogil=True, cache=True)
+@njit(nogil=True, cache=True)
 def scan_rows(bits, shift, row0, floor, native, ptr, lo, hi, hist, sel, cap, band_n, band_q,
               band_g, fill):  # fmt: skip
     """Rows `sel` of `bits [R, C]` (query row0 + r; columns are gallery positions).
@@ -80,7 +82,7 @@ def scan_rows(bits, shift, row0, floor, native, ptr, lo, hi, hist, sel, cap, ban
     """
     n_cols = bits.shape[1]
     n_words = (n_cols + 7) // 8
-    for idx in prange(sel.size):
+    for idx in range(sel.size):
         r = sel[idx]
         i = row0 + r
         a, b = ptr[i], ptr[i + 1]
@@ -114,7 +116,7 @@ def scan_rows(bits, shift, row0, floor, native, ptr, lo, hi, hist, sel, cap, ban
                 hist[a + i + m] += 1  # the query's segment has w + 1 cells from ptr[i] + i
 
 
-@njit(parallel=True, nogil=True, cache=True)
+@njit(nogil=True, cache=True)
 def scan_cols(bits, shift, c0, item0, floor, native, ptr, lo, hi, hist, sel, cap, band_n,
               band_q, band_g, fill):  # fmt: skip
     """Column tiles `sel` of `bits [R, C]`: tile t holds columns c0 + t·TILE + j, the queries
@@ -123,7 +125,7 @@ def scan_cols(bits, shift, c0, item0, floor, native, ptr, lo, hi, hist, sel, cap
     thread, contiguous reads of each row) as the unit that owns `cap` band slots.
     """
     n_rows, n_cols = bits.shape
-    for idx in prange(sel.size):
+    for idx in range(sel.size):
         ta = sel[idx] * TILE
         width = min(n_cols - c0 - ta, TILE)
         f_native = np.empty(width, bits.dtype)
@@ -187,34 +189,3 @@ def count_values(q_items, values, ptr, thresholds, eps, hist, unsure):
             hist[a + i + sure] += 1
         else:
             unsure[m] = True
-
-
-@njit(nogil=True, cache=True)
-def positions(ptr, hist):
-    """1-based positions of every positive, ascending within each query, from the histograms.
-
-    The m-th ascending positive of a query with w positives is the (w - m)-th by similarity,
-    and every negative counted in a cell above m (with more than m thresholds below it) ranks
-    before it (ties rank negatives first).
-    """
-    out = np.empty(ptr[-1], np.int64)
-    for i in range(ptr.size - 1):
-        a, b = ptr[i], ptr[i + 1]
-        w = b - a
-        above = 0
-        for m in range(w - 1, -1, -1):
-            above += hist[a + i + m + 1]
-            out[a + (w - 1 - m)] = (w - m) + above
-    return out
-
-
-@njit(nogil=True, cache=True)
-def monotone_bounds(ptr, lo, hi):
-    """In place, per segment: hi as a running maximum, lo as a running minimum from the right,
-    so both are ascending (binary search) and each bound only widens the band."""
-    for i in range(ptr.size - 1):
-        a, b = ptr[i], ptr[i + 1]
-        for k in range(a + 1, b):
-            hi[k] = max(hi[k], hi[k - 1])
-        for k in range(b - 2, a - 1, -1):
-            lo[k] = min(lo[k], lo[k + 1])

@@ -10,6 +10,7 @@ exact similarity. `ranks` drives these over the whole evaluation.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, overload
@@ -131,7 +132,12 @@ def threshold_tables(
     ptr = torch.zeros(n_rows + 1, dtype=torch.int64)
     ptr[1:] = counts.cumsum(0)
     ptr_np = ptr.numpy()
-    _scan.monotone_bounds(ptr_np, lo, hi)
+    # Per segment, hi as a running maximum and lo as a running minimum from the right, so both
+    # ascend (binary search) and each bound only widens the band. Keys lie in (-2³¹, 2³¹):
+    # adding 2³³ per segment keeps a running extreme from crossing into the next segment.
+    shift = np.repeat(np.arange(n_rows, dtype=np.int64), counts.numpy()) << 33
+    hi = np.maximum.accumulate(hi + shift) - shift
+    lo = np.minimum.accumulate((lo + shift)[::-1])[::-1] - shift
     first = np.minimum(ptr_np[:-1], max(lo.size - 1, 0))
     floor = np.where(counts.numpy() > 0, lo[first] if lo.size else 0, _EMPTY)
     native = _scan.native_floors(floor, bits.dtype, bits.shift)
@@ -168,11 +174,15 @@ def _band_pairs(kernel: Callable, n: int, cap: int, args: tuple, limit: int | No
     sel = _spread_order(n) if limit is not None else np.arange(n, dtype=np.int64)
     band_n = np.zeros(n, dtype=np.int64)  # by position in sel, as the slots
     band_q, band_g = np.empty(n * cap, dtype=np.int64), np.empty(n * cap, dtype=np.int64)
+
+    def count(start: int, a: int, b: int) -> None:  # positions start + [a, b) of sel
+        a, b = start + a, start + b  # each into its own slots
+        kernel(*args, sel[a:b], cap, band_n[a:b], band_q[a * cap :], band_g[a * cap :], False)
+
     done, size = 0, (min(n, _HEAD) if limit is not None else n)
     while done < n:
         end = min(n, done + size)
-        part = (sel[done:end], cap, band_n[done:end], band_q[done * cap :], band_g[done * cap :])
-        kernel(*args, *part, False)
+        _dots.on_threads(functools.partial(count, done), end - done)
         done, size = end, 2 * end
         if limit is not None and done < n and _surely_over(band_n[:done], limit / n):
             return None
@@ -189,7 +199,11 @@ def _band_pairs(kernel: Callable, n: int, cap: int, args: tuple, limit: int | No
     sizes = band_n[over]
     starts = np.cumsum(sizes) - sizes
     more_q, more_g = np.empty(int(sizes.sum()), np.int64), np.empty(int(sizes.sum()), np.int64)
-    kernel(*args, sel[over], cap, starts, more_q, more_g, True)
+
+    def fill(a: int, b: int) -> None:  # units over[a:b], from their offsets starts[a:b]
+        kernel(*args, sel[over[a:b]], cap, starts[a:b], more_q, more_g, True)
+
+    _dots.on_threads(fill, over.size)
     return np.concatenate([band_q, more_q]), np.concatenate([band_g, more_g])
 
 

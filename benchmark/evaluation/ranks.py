@@ -21,7 +21,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from benchmark.evaluation import _scan
 from benchmark.evaluation.bands import (
     Block,
     Readout,
@@ -68,10 +67,22 @@ def same_label_pairs(q_labels: Tensor, g_sorted: Tensor) -> tuple[Tensor, Tensor
     return rows, start[rows] + offsets
 
 
+def _positions(tab: Tables) -> Tensor:
+    """1-based positions of every positive, ascending within each query, from the histogram:
+    the j-th (0-based) ascending positive of a query with w positives, cells [c, c + w] from
+    c = ptr[i] + i, ranks after j others and the negatives counted in cells c + w - j .. c + w
+    (those with more than w - 1 - j thresholds at or below them; ties rank negatives first)."""
+    ptr, counts = tab.ptr, np.diff(tab.ptr)
+    query = np.repeat(np.arange(counts.size), counts)
+    j = np.arange(ptr[-1]) - ptr[query]
+    after = np.append(np.cumsum(tab.hist[::-1])[::-1], 0)  # after[c] = Σ hist[c:]
+    end = ptr[query + 1] + query + 1  # one past the query's last cell
+    return torch.from_numpy(j + 1 + after[end - 1 - j] - after[end])
+
+
 def _result(tabs: list[Tables], fallbacks: int) -> PositiveRanks:
-    positions = [torch.from_numpy(_scan.positions(t.ptr, t.hist)) for t in tabs]
     counts = [torch.from_numpy(np.diff(t.ptr)) for t in tabs]
-    return PositiveRanks(torch.cat(positions), torch.cat(counts), fallbacks)
+    return PositiveRanks(torch.cat([_positions(t) for t in tabs]), torch.cat(counts), fallbacks)
 
 
 def _limit(fallback: Block | None, rows: int, cols: int) -> int | None:

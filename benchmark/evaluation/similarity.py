@@ -12,13 +12,14 @@ identical (or equally similar) items tie.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from benchmark.evaluation import _dots, _units
+from benchmark.evaluation import _dots
 
 U32 = 2.0**-24  # float32 unit roundoff
 
@@ -100,7 +101,7 @@ def prepare(
     """
     x = raw.numpy()
     norms32 = np.empty(x.shape[0], np.float32)
-    _units.float32_norms(x, norms32)
+    _dots.on_threads(lambda a, b: _dots.float32_norms(x[a:b], norms32[a:b]), x.shape[0])
     bad = ~np.isfinite(norms32) | (norms32 == 0)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
@@ -135,8 +136,7 @@ def exact_similarities(
     identical vectors get identical values; memory is the output only.
     """
     out = np.empty(q_rows.numel(), dtype=np.float32)
-    _dots.unit_dots(q.raw.numpy(), g.raw.numpy(), _float32(q.norms), _float32(g.norms),
-                    q_rows.numpy(), g_rows.numpy(), out)  # fmt: skip
+    _pairs(_dots.unit_dots, q, g, _float32(q.norms), _float32(g.norms), q_rows, g_rows, out)
     return torch.from_numpy(out)
 
 
@@ -147,9 +147,27 @@ def raw_similarities(
     in any order. Within `raw_error(D)` of the reference; float64 [M].
     """
     out = np.empty(q_rows.numel(), dtype=np.float64)
-    _dots.raw_cosines(q.raw.numpy(), g.raw.numpy(), q.norms.numpy(), g.norms.numpy(),
-                      q_rows.numpy(), g_rows.numpy(), out)  # fmt: skip
+    _pairs(_dots.raw_cosines, q, g, q.norms.numpy(), g.norms.numpy(), q_rows, g_rows, out)
     return torch.from_numpy(out)
+
+
+def _pairs(
+    kernel: Callable[..., None],
+    q: UnitEmbeddings,
+    g: UnitEmbeddings,
+    q_norms: np.ndarray,
+    g_norms: np.ndarray,
+    q_rows: Tensor,
+    g_rows: Tensor,
+    out: np.ndarray,
+) -> None:
+    """A `_dots` pair kernel over the pairs (q_rows[m], g_rows[m]) into out [M], on threads."""
+    x, y, xr, yr = q.raw.numpy(), g.raw.numpy(), q_rows.numpy(), g_rows.numpy()
+
+    def run(a: int, b: int) -> None:
+        kernel(x, y, q_norms, g_norms, xr[a:b], yr[a:b], out[a:b])
+
+    _dots.on_threads(run, out.size)
 
 
 def _float32(norms: Tensor) -> np.ndarray:
