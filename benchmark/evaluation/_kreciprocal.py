@@ -4,7 +4,6 @@ Each loop is a plain transcription of one step, run over rows in parallel; every
 written by one thread in a fixed order, so the float64 sums do not depend on the number of
 threads or on how the rows are chunked. A row is read once, where torch passes over chunk × N
 arrays (top-k and merges, searchsorted, masks) each went over the whole array again.
-Measured (`bench eval --rerank`): docs/benchmarks/evaluation.md#measurements-behind-the-code.
 """
 
 from __future__ import annotations

@@ -94,8 +94,7 @@ def scan_rows(bits, shift, row0, floor, native, ptr, lo, hi, hist, sel, cap, ban
         hits = np.empty(8 * n_words, np.int64)
         # A vectorised pass marks the scores that can reach the floor (~1 %), whole 8-byte
         # words of the mask are skipped at once, and only then does per-score work start:
-        # kept apart, the compiler vectorises the first loop, which it cannot do for one fused
-        # loop (measured: docs/benchmarks/evaluation.md#measurements-behind-the-code).
+        # kept apart, the compiler vectorises the first loop, which it cannot do for one fused one.
         for c in range(n_cols):
             mask[c] = row[c] >= f_native
         n_hits = 0

@@ -18,8 +18,6 @@ block's output rounding is added per threshold:
 numpy's BLAS or torch's by another (`sgemm`). The argument `arithmetic=` of
 `RetrievalEvaluator`, else the environment variable CIRCLEBENCH_EVAL_ARITHMETIC, overrides it;
 a named arithmetic runs even where the hardware lacks it, in a slow form with the same bound.
-int8 (fbgemm's u8 × s8 products) was one until issue 38: on no CPU measured was it faster than
-float32 or native bfloat16 (docs/benchmarks/evaluation.md).
 """
 
 from __future__ import annotations
@@ -95,11 +93,9 @@ def faiss_block(device: torch.device) -> Block:
 class CpuShortlist:
     """float32 or bfloat16 products on the CPU (float16 as a float32 product of its values).
 
-    Two things halve the product's time (`bench eval`, SOP): one output buffer reused by every
-    call (a fresh 250 MB block per call spends as long in page faults as in the product), and
-    gallery tiles of `_TILE` columns written into it in place (oneDNN keeps a tile's operands
-    in cache; one product over 60k columns runs at two thirds of the speed). The returned block
-    is a view of the buffer: valid until the next call.
+    One output buffer is reused by every call (a fresh block per call spends as long in page
+    faults as in the product), filled in gallery tiles of `_TILE` columns (a tile's operands stay
+    in cache). The returned block is a view of the buffer: valid until the next call.
     """
 
     _TILE = 8192

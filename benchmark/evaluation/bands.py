@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, overload
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -71,8 +71,8 @@ class _Bits:
 
 def exclude_pairs(scores: Tensor, where: tuple[Tensor, Tensor] | Tensor) -> None:
     """Set scores[where] to -inf, below every threshold. `where` is an index pair, or a bool
-    mask of the first columns. CPU blocks are written through numpy: torch's parallel
-    index_put and masked_fill stalled on the busy 2-core machine."""
+    mask of the first columns. CPU blocks are written through numpy (torch's parallel
+    index_put and masked_fill stall beside other jobs)."""
     lowest = -torch.inf
     if scores.device.type != "cpu":
         if isinstance(where, Tensor):
@@ -164,12 +164,7 @@ def _band_pairs(kernel: Callable, n: int, cap: int, args: tuple, limit: int | No
     from `_HEAD` on, and stops as soon as the units counted so far are surely over their share
     of `limit` (`_surely_over`); the whole count decides the rest exactly. Spread, because
     units run in label order and a panel's first rows can be one crowded class; surely, because
-    a few rows are a noisy sample. On `bench eval --case duplicates` the first 32 rows sent 9
-    of 60 int8 panels to float32 (`ranks.FALLBACK_SHARE`, 5 %) whose whole band held 1.7-3.6 %
-    of their pairs; on MSMT17 32 spread rows sent 4 of 12 chunks whose whole band held
-    3.9-4.4 %, each recount costing ~1.7 s of float32 product where settling its band costs
-    ~0.2 s. On `low-rank` (6.2-7.2 % in every panel, rows alike) 32 rows still settle it. The
-    band's pairs come out in the units' scan order, which no count depends on.
+    a few rows are a noisy sample. The pairs come out in scan order, which no count depends on.
     """
     sel = _spread_order(n) if limit is not None else np.arange(n, dtype=np.int64)
     band_n = np.zeros(n, dtype=np.int64)  # by position in sel, as the slots
@@ -225,10 +220,6 @@ def _spread_order(n: int) -> np.ndarray:
     return units[np.argsort(reversed_, kind="stable")]
 
 
-@overload
-def scan_rows(tab: Tables, scores: Tensor, row0: int, limit: None = None) -> Band: ...
-@overload
-def scan_rows(tab: Tables, scores: Tensor, row0: int, limit: int | None) -> Band | None: ...
 def scan_rows(tab: Tables, scores: Tensor, row0: int, limit: int | None = None) -> Band | None:
     """Rows of `scores` are queries row0.., columns gallery positions: the (query, column)
     band; None when it holds more than `limit` pairs (sure pairs are counted either way)."""
@@ -271,13 +262,11 @@ def settle(
     rows, cols = pairs
     if rows.size == 0:
         return 0
-    # numpy indexing: torch's parallel gathers stall on a busy 2-core machine (`bench eval`).
+    # numpy indexing: torch's parallel gathers stall beside other jobs.
     q_map = q_index.numpy()
     gallery = cols if g_index is None else g_index.numpy()[cols]
     if g.gallery.values.dtype != torch.float32:
-        if rows.size > _SORT_PAIRS:
-            # Each row outside the chunk (from memory, not cache) is then read once per block
-            # instead of once per pair (int8 bands hold ~600 pairs per query: 3-4x faster).
+        if rows.size > _SORT_PAIRS:  # each row outside the chunk read once, not once per pair
             if by_query:
                 rows, gallery = _dots.bucket_sort(rows, gallery, tab.ptr.size - 1)
             else:

@@ -2,8 +2,7 @@
 
 `CudaShortlist` multiplies on the device in the copy's dtype, with float32 sums
 (`precision.ieee_float32`), and copies each block once into one reused page-locked host
-buffer (`HostBlock`); the compiled scans then read host memory. Reading a CUDA block where it
-was needed instead cost two copies to pageable memory per panel (about 15 GB for SOP).
+buffer (`HostBlock`); the compiled scans then read host memory.
 """
 
 from __future__ import annotations

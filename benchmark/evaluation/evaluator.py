@@ -116,12 +116,8 @@ class RetrievalEvaluator:
             )
         self.arithmetic = arithmetic
         self.protocol, self.ks, self.metrics = protocol, ks, tuple(metrics)
-        self.backend, self.device, self.chunk_size, self.nmi_seed = (
-            backend,
-            device,
-            chunk_size,
-            nmi_seed,
-        )
+        self.backend, self.device, self.chunk_size = backend, device, chunk_size
+        self.nmi_seed = nmi_seed
         if rerank is not None and protocol != "query_gallery":
             raise ValueError(
                 f"rerank={rerank!r} re-ranks a gallery for each query: it needs "
@@ -228,7 +224,8 @@ class RetrievalEvaluator:
         self._warn_large_ks(sets.gallery.shape[0] - (1 if sets.same_set else 0))
         out = retrieval_metrics(ranks, self.ks, self.metrics)
         if "NMI" in self.metrics:
-            out["NMI"] = kmeans_nmi(_unit_numpy(qe), sets.query_labels.numpy(), seed=self.nmi_seed)
+            unit = unit_rows(qe.raw, qe.norms).numpy()
+            out["NMI"] = kmeans_nmi(unit, sets.query_labels.numpy(), seed=self.nmi_seed)
         rerank = str(self.rerank) if self.rerank is not None else ""
         self.last_report = EvaluationReport(
             dict(out), name, len(ranks.counts) - skipped, skipped, rerank, ranks.fallbacks
@@ -262,7 +259,3 @@ class RetrievalEvaluator:
                 "so it is 1.0 for every query with a positive; choose K below the gallery size",
                 stacklevel=3,
             )
-
-
-def _unit_numpy(e: UnitEmbeddings) -> np.ndarray:
-    return unit_rows(e.raw, e.norms).numpy()

@@ -155,10 +155,6 @@ def _column_key(column: str) -> tuple[int, int] | None:
     return None
 
 
-def is_metric_column(column: str) -> bool:
-    return _column_key(column) is not None
-
-
 def metric_columns(columns: Iterable[str]) -> list[str]:
     """The metric columns among `columns`, in registry order (per-K metrics by K)."""
     keyed = [(key, c) for c in columns if (key := _column_key(c)) is not None]

@@ -37,9 +37,8 @@ from benchmark.evaluation.sets import excluded
 from benchmark.evaluation.similarity import UnitEmbeddings, exact_similarities, shortlist_error
 
 # A block whose band holds more than this share of its pairs is recomputed in float32: past it,
-# re-checking the band pair by pair costs more than the float32 product of the whole block. The
-# share is the ratio of the two costs per pair, which scale alike with D (measured on int8
-# blocks before int8 was removed: docs/benchmarks/evaluation.md#measurements-behind-the-code).
+# re-checking the band pair by pair costs more than the block's float32 product (the ratio of
+# the two costs per pair, which scale alike with D).
 FALLBACK_SHARE = 0.05
 
 

@@ -46,9 +46,8 @@ class UnitEmbeddings:
     """Float32 embeddings, their norms and the low-precision copies that shortlist them.
 
     `raw [N, D]` float32 on the CPU (the caller's tensor, not copied), `norms [N]` the float32
-    norms n_x (held as float64). `query` is the copy used when these
-    rows are queries and `gallery` when they are gallery items: one copy in `low_dtype`, built on
-    first use.
+    norms n_x (held as float64). `query` and `gallery` are the copy used when these rows are
+    queries or gallery items: one copy in `low_dtype`, built on first use.
     """
 
     raw: Tensor
@@ -64,26 +63,17 @@ class UnitEmbeddings:
 
     @property
     def query(self) -> LowCopy:
-        return self._copy()
+        if "both" not in self._copies:
+            self._copies["both"] = _float_copy(self)
+        return self._copies["both"]
 
-    @property
-    def gallery(self) -> LowCopy:
-        return self._copy()
+    gallery = query  # one copy serves both roles
 
     def in_dtype(self, low_dtype: torch.dtype) -> UnitEmbeddings:
         """The same rows shortlisted in `low_dtype` (copies built anew, on first use)."""
         if low_dtype == self.low_dtype:
             return self
         return replace(self, low_dtype=low_dtype, _copies={})
-
-    def subset(self, index: Tensor) -> UnitEmbeddings:
-        """Rows `index` only, their copies built anew on first use."""
-        return replace(self, raw=self.raw[index], norms=self.norms[index], _copies={})
-
-    def _copy(self) -> LowCopy:
-        if "both" not in self._copies:
-            self._copies["both"] = _float_copy(self)
-        return self._copies["both"]
 
 
 def unit_rows(raw: Tensor, norms: Tensor) -> Tensor:
@@ -136,7 +126,8 @@ def exact_similarities(
     identical vectors get identical values; memory is the output only.
     """
     out = np.empty(q_rows.numel(), dtype=np.float32)
-    _pairs(_dots.unit_dots, q, g, _float32(q.norms), _float32(g.norms), q_rows, g_rows, out)
+    q_norms, g_norms = q.norms.to(torch.float32).numpy(), g.norms.to(torch.float32).numpy()
+    _pairs(_dots.unit_dots, q, g, q_norms, g_norms, q_rows, g_rows, out)
     return torch.from_numpy(out)
 
 
@@ -168,10 +159,6 @@ def _pairs(
         kernel(x, y, q_norms, g_norms, xr[a:b], yr[a:b], out[a:b])
 
     _dots.on_threads(run, out.size)
-
-
-def _float32(norms: Tensor) -> np.ndarray:
-    return norms.to(torch.float32).numpy()
 
 
 def raw_error(dim: int) -> float:
