@@ -109,13 +109,9 @@ class Metric:
     from_ranks: Callable[[Positions, Sequence[int]], dict[str, float]] | None
     protocols: tuple[RetrievalProtocol, ...] = PROTOCOLS
 
-    @property
-    def per_k(self) -> bool:
-        return "{k}" in self.column
-
     def owns(self, column: str) -> int | None:
         """K of `column` for a per-K metric (0 for the others) if `column` is ours, else None."""
-        if not self.per_k:
+        if "{k}" not in self.column:
             return 0 if column == self.column else None
         prefix, suffix = self.column.split("{k}")
         middle = column[len(prefix) : len(column) - len(suffix)]
