@@ -9,14 +9,14 @@ counts agree, `hist[i, count] += 1`; otherwise the pair is in the band and goes 
 Keys are the sign-magnitude integers of float32 bit patterns (ordered like the values, -0 = +0).
 Rows with a positive floor compare the raw bits directly, which the compiler vectorises; that
 is what makes the pass cheaper than torch's compare + nonzero + gather (see `bench eval`).
-The scans are serial and release the GIL: `bands` runs them over pieces of their units on
-threads (`_dots.on_threads`), since a parallel kernel takes twice as long to compile.
+The scans stay parallel (`prange`): serial ones on threads compiled in half the time but ran
+1.3-1.7x slower per unit (docs/benchmarks/evaluation.md).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 TILE = 256  # columns per thread in the column pass: contiguous reads, private counters
 _LINEAR = 16  # segments up to this width are searched linearly, longer ones by bisection
@@ -69,7 +69,7 @@ def _record(fill, idx, cap, band_n, band_q, band_g, q, g):
     band_n[idx] += 1
 
 
-@njit(nogil=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def scan_rows(bits, shift, row0, floor, native, ptr, lo, hi, hist, sel, cap, band_n, band_q,
               band_g, fill):  # fmt: skip
     """Rows `sel` of `bits [R, C]` (query row0 + r; columns are gallery positions).
@@ -82,7 +82,7 @@ def scan_rows(bits, shift, row0, floor, native, ptr, lo, hi, hist, sel, cap, ban
     """
     n_cols = bits.shape[1]
     n_words = (n_cols + 7) // 8
-    for idx in range(sel.size):
+    for idx in prange(sel.size):
         r = sel[idx]
         i = row0 + r
         a, b = ptr[i], ptr[i + 1]
@@ -115,7 +115,7 @@ def scan_rows(bits, shift, row0, floor, native, ptr, lo, hi, hist, sel, cap, ban
                 hist[a + i + m] += 1  # the query's segment has w + 1 cells from ptr[i] + i
 
 
-@njit(nogil=True, cache=True)
+@njit(parallel=True, nogil=True, cache=True)
 def scan_cols(bits, shift, c0, item0, floor, native, ptr, lo, hi, hist, sel, cap, band_n,
               band_q, band_g, fill):  # fmt: skip
     """Column tiles `sel` of `bits [R, C]`: tile t holds columns c0 + t·TILE + j, the queries
@@ -124,7 +124,7 @@ def scan_cols(bits, shift, c0, item0, floor, native, ptr, lo, hi, hist, sel, cap
     thread, contiguous reads of each row) as the unit that owns `cap` band slots.
     """
     n_rows, n_cols = bits.shape
-    for idx in range(sel.size):
+    for idx in prange(sel.size):
         ta = sel[idx] * TILE
         width = min(n_cols - c0 - ta, TILE)
         f_native = np.empty(width, bits.dtype)

@@ -10,7 +10,6 @@ exact similarity. `ranks` drives these over the whole evaluation.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -170,14 +169,11 @@ def _band_pairs(kernel: Callable, n: int, cap: int, args: tuple, limit: int | No
     band_n = np.zeros(n, dtype=np.int64)  # by position in sel, as the slots
     band_q, band_g = np.empty(n * cap, dtype=np.int64), np.empty(n * cap, dtype=np.int64)
 
-    def count(start: int, a: int, b: int) -> None:  # positions start + [a, b) of sel
-        a, b = start + a, start + b  # each into its own slots
-        kernel(*args, sel[a:b], cap, band_n[a:b], band_q[a * cap :], band_g[a * cap :], False)
-
     done, size = 0, (min(n, _HEAD) if limit is not None else n)
     while done < n:
         end = min(n, done + size)
-        _dots.on_threads(functools.partial(count, done), end - done)
+        part = (sel[done:end], cap, band_n[done:end], band_q[done * cap :], band_g[done * cap :])
+        kernel(*args, *part, False)
         done, size = end, 2 * end
         if limit is not None and done < n and _surely_over(band_n[:done], limit / n):
             return None
@@ -194,11 +190,7 @@ def _band_pairs(kernel: Callable, n: int, cap: int, args: tuple, limit: int | No
     sizes = band_n[over]
     starts = np.cumsum(sizes) - sizes
     more_q, more_g = np.empty(int(sizes.sum()), np.int64), np.empty(int(sizes.sum()), np.int64)
-
-    def fill(a: int, b: int) -> None:  # units over[a:b], from their offsets starts[a:b]
-        kernel(*args, sel[over[a:b]], cap, starts[a:b], more_q, more_g, True)
-
-    _dots.on_threads(fill, over.size)
+    kernel(*args, sel[over], cap, starts, more_q, more_g, True)
     return np.concatenate([band_q, more_q]), np.concatenate([band_g, more_g])
 
 
