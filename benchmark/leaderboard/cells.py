@@ -109,11 +109,15 @@ class CellSettings:
     threads: int | None = None
     suite: str = ""
 
+    @property
+    def run_root(self) -> Path:
+        """Every cell's `--trainer.default_root_dir`, where a restarted cell finds its run."""
+        return self.work_dir / "runs"
+
     def work(self, cell: Cell, recipe: str, extra: Sequence[str] = ()) -> CellWork:
         """The cell's `CellWork` in this suite run, `extra` options (a launcher's) appended."""
-        runs = self.work_dir / "runs"
         args = cell_args(
-            cell, self.rows_csv, runs, wandb=self.wandb, suite=self.suite, recipe=recipe
+            cell, self.rows_csv, self.run_root, wandb=self.wandb, suite=self.suite, recipe=recipe
         )
         return CellWork([*args, *extra], self.rows_csv, cell.cell_id)
 

@@ -30,9 +30,10 @@ from benchmark.leaderboard.suite import Suite, load_suite
 from benchmark.leaderboard.wandb_views import ViewStore, WandbViewStore, publish_within
 from benchmark.manual import manual_line
 from benchmark.training.atomic import write_text
-from benchmark.training.loggers import DEFAULT_TRACK, wandb_has_credentials, wandb_server_reachable
+from benchmark.training.loggers import wandb_has_credentials, wandb_server_reachable
 from benchmark.training.rows import read_results
 from benchmark.tuning.history import PROJECT as HISTORY_PROJECT
+from datamodules.base import RetrievalDataModule
 
 LEADERBOARD_PROJECT = "circlebench-leaderboard"  # where `leaderboard` logs its table
 SPEC_FILE = "dashboard.json"
@@ -72,7 +73,12 @@ def _group_section(
 ) -> list[Any]:
     """Heading, facts and the panel grid of one leaderboard group."""
     datasets = sorted(set(entries["dataset"].astype(str)))
-    tracks = sorted(set(entries["track"].astype(str))) if "track" in entries else [DEFAULT_TRACK]
+    # Rows without a track column predate the frozen track: the default DataModule's track.
+    tracks = (
+        sorted(set(entries["track"].astype(str)))
+        if "track" in entries
+        else [RetrievalDataModule.track]
+    )
     seeds = sorted({s for text in entries["seeds"].astype(str) for s in text.split()}, key=int)
     cells = sorted(
         f"{experiment}/seed{seed}"

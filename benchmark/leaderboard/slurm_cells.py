@@ -141,7 +141,7 @@ def run_cells_on_slurm(
                     cell_log(work, cell.cell_id),
                     settings.threads,
                     recipe=recipes[cell.cell_id],
-                    run_root=work / "runs",
+                    run_root=settings.run_root,
                 )
                 for cell in submit
             ]

@@ -64,9 +64,6 @@ def run_version() -> str:
     )
 
 
-DEFAULT_TRACK = "end-to-end"  # a record without a track: the whole network was trained
-
-
 @dataclass(frozen=True)
 class RunLabels:
     """What a run's W&B record is grouped and filtered by; `benchmark.leaderboard.dashboard`
