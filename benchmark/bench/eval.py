@@ -16,7 +16,6 @@ the peers on the GPU and adds each one's GPU memory peak (torch's allocator) bes
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import resource
@@ -28,14 +27,19 @@ import time
 import torch
 
 from benchmark.bench.eval_data import CASES, REAL_SIZES, Case, make_data, scaled_case
-from benchmark.bench.timing import gpu_peak, machine, median_seconds, peak_rss_increase
+from benchmark.bench.timing import (
+    bench_parser,
+    gpu_peak,
+    machine,
+    median_seconds,
+    parsed_device,
+    peak_rss_increase,
+)
 from benchmark.evaluation import RetrievalEvaluator
 from benchmark.evaluation import arithmetic as _arithmetic
 from benchmark.evaluation import choice as _choice
 from benchmark.evaluation.arithmetic import ARITHMETICS, ENV_VAR, requested
 from benchmark.evaluation.faiss_blocks import faiss_has_gpu, gpu_resources, import_faiss
-from benchmark.manual import manual_line
-from core.devices import chosen_device
 
 
 def baseline(
@@ -289,11 +293,7 @@ def run_rerank(case: Case) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmark.bench eval",
-        description=__doc__,
-        epilog=manual_line("bench eval"),
-    )
+    parser = bench_parser("eval", __doc__)
     parser.add_argument("--case", choices=list(CASES), action="append",
                         help=f"default: {', '.join(REAL_SIZES)} (the real datasets' sizes); "
                         "the others stress the shortlist (bench/eval_data.py)")  # fmt: skip
@@ -320,10 +320,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                         help="where evaluator and peers run (auto: CUDA if seen)")  # fmt: skip
     args = parser.parse_args(argv)
-    try:
-        device = chosen_device(args.device)
-    except ValueError as error:
-        parser.error(f"--device cuda: {error}; use --device cpu")
+    device = parsed_device(parser, args.device)
     cuda = device.type == "cuda"
     print(machine())
     if cuda:

@@ -7,10 +7,14 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from benchmark.evaluation.arithmetic import cpu_flags
 from benchmark.manual import manual_line
+from core.devices import chosen_device
+
+if TYPE_CHECKING:
+    import torch
 
 T = TypeVar("T")
 
@@ -19,6 +23,15 @@ def bench_parser(what: str, doc: str | None = None, **kwargs: Any) -> argparse.A
     """The parser of `python -m benchmark.bench <what>`, described by `doc`."""
     prog, epilog = f"python -m benchmark.bench {what}", manual_line(f"bench {what}")
     return argparse.ArgumentParser(prog=prog, description=doc, epilog=epilog, **kwargs)
+
+
+def parsed_device(parser: argparse.ArgumentParser, name: str) -> torch.device:
+    """The device `--device name` asks for ("auto": CUDA where torch sees it), or the parser's
+    error where it asks for CUDA that is not there."""
+    try:
+        return chosen_device(name)
+    except ValueError as error:
+        parser.error(f"--device cuda: {error}; use --device cpu")
 
 
 def median_seconds(fn: Callable[[], object], *, warmup: int = 3, repeat: int = 10) -> float:

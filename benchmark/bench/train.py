@@ -30,10 +30,10 @@ import pytorch_lightning as pl
 import torch
 
 from benchmark.bench import cells
-from benchmark.bench.timing import bench_parser, machine
+from benchmark.bench.timing import bench_parser, machine, parsed_device
 from benchmark.training.cli import CircleBenchCLI
 from benchmark.training.embedders import Embedder
-from core.devices import chosen_device, float32_modes, precision_label
+from core.devices import float32_modes, precision_label
 from losses import CircleLoss
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
@@ -155,10 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         "--cells", type=int, default=3, help="leaderboard cells per track to time (0: skip)"
     )
     args = parser.parse_args(argv)
-    try:
-        device = chosen_device(args.device)
-    except ValueError as error:
-        parser.error(f"--device cuda: {error}; use --device cpu")
+    device = parsed_device(parser, args.device)
     cuda = device.type == "cuda"
     print(machine())
     torch.manual_seed(0)
