@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import torch
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 HAS_FAISS = importlib.util.find_spec("faiss") is not None
@@ -25,6 +26,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(
                 pytest.mark.skip(reason='needs faiss: pip install -e ".[cpu]" (".[gpu]" on CUDA)')
             )
+
+
+@pytest.fixture(autouse=True)
+def _seeded_torch() -> None:
+    """Every test starts from the same global torch seed: modules built inside a test (a loss's
+    proxies, a head's weights) are then the same in every run, whatever ran before."""
+    torch.manual_seed(0)
 
 
 @pytest.fixture
