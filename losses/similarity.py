@@ -77,26 +77,33 @@ class _Gram(torch.autograd.Function):
 class _Cosine(torch.autograd.Function):
     """x̂ ŵᵀ [B, C] for the rows x̂ = x / ‖x‖ and ŵ = w / ‖w‖, with a hand-written backward.
 
-    The forward is F.normalize's, bit for bit; each side's gradient is one matmul and one
-    projection onto the sphere's tangent space, not autograd's chain of full-size ops on the
-    proxies [C, D] (docs/benchmarks/training.md#measurements-behind-the-code).
+    The proxies are never normalised as a [C, D] matrix: the product x̂ wᵀ is divided by ‖w_c‖
+    column by column, and with S = x̂ ŵᵀ and G the gradient at S, each side's gradient is one
+    matmul and one projection onto the sphere's tangent space whose radial part comes from the
+    [B, C] product: ∂/∂w_c = (Σ_b G_bc x̂_b - w_c Σ_b G_bc S_bc / ‖w_c‖) / ‖w_c‖, in place
+    (F.normalize's eps: no projection below it).
     """
 
     @staticmethod
     def forward(ctx, x: Tensor, w: Tensor) -> Tensor:  # type: ignore[override]
         x_norm, w_norm = x.norm(dim=1, keepdim=True), w.norm(dim=1, keepdim=True)  # [B|C, 1]
-        x_hat, w_hat = x / x_norm.clamp_min(_NORM_EPS), w / w_norm.clamp_min(_NORM_EPS)
-        ctx.save_for_backward(x_hat, x_norm, w_hat, w_norm)
-        return x_hat @ w_hat.T
+        x_hat = x / x_norm.clamp_min(_NORM_EPS)
+        sim = (x_hat @ w.T) / w_norm.T.clamp_min(_NORM_EPS)
+        ctx.save_for_backward(x_hat, x_norm, w, w_norm, sim)
+        return sim
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:  # type: ignore[override]
-        x_hat, x_norm, w_hat, w_norm = ctx.saved_tensors
+        x_hat, x_norm, w, w_norm, sim = ctx.saved_tensors
+        w_scale = w_norm.clamp_min(_NORM_EPS)  # [C, 1]
+        scaled = grad / w_scale.T  # [B, C]: G_bc / ‖w_c‖
         grad_x = grad_w = None
         if ctx.needs_input_grad[0]:
-            grad_x = _unnormalized_grad(grad @ w_hat, x_hat, x_norm)  # [B, D]
+            grad_x = _unnormalized_grad(scaled @ w, x_hat, x_norm)  # [B, D]
         if ctx.needs_input_grad[1]:
-            grad_w = _unnormalized_grad(grad.T @ x_hat, w_hat, w_norm)  # [C, D]
+            radial = (scaled * sim).sum(0).unsqueeze(1) / w_scale  # [C, 1]
+            radial = torch.where(w_norm > _NORM_EPS, radial, 0.0)
+            grad_w = (scaled.T @ x_hat).addcmul_(w, radial, value=-1.0)  # [C, D]
         return grad_x, grad_w
 
 
