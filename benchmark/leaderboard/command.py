@@ -33,7 +33,7 @@ from benchmark.leaderboard.markdown import (
     terminal_summary,
 )
 from benchmark.leaderboard.plan import suite_plan
-from benchmark.leaderboard.plots import write_plots
+from benchmark.leaderboard.plots import drawn_figures, write_plots
 from benchmark.leaderboard.report import write_report
 from benchmark.leaderboard.runner import (
     fork_runner,
@@ -206,7 +206,8 @@ def build(
         studies=studies,
     )
     write_text(out / "leaderboard.md", markdown)
-    plots = write_plots(board, rows, out / "plots")
+    drawn = drawn_figures(board, rows)
+    plots = write_plots(board, rows, out / "plots", drawn)
     report = write_report(
         board,
         rows,
@@ -215,6 +216,7 @@ def build(
         description=suite.description,
         fingerprint=numerics.read(out),
         studies=studies,
+        drawn=drawn,
     )
     for group, table in terminal_summary(board):
         console.print(f"\n[bold]{group}[/]")

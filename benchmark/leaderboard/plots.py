@@ -1,8 +1,9 @@
 """Leaderboard figures: Recall@K, s_p / s_n during training, final (s_n, s_p) (Circle paper,
-Fig. 4 and 5), one of each kind per group over the experiments it compares. `write_plots` writes
-`<kind>_<group>.png`; the HTML report inlines the same PNG bytes (`png`), with a tuning group's
-`tuned_vs_default` and `optimisation_history`. Figures are `matplotlib.figure.Figure`s: no
-pyplot state, no backend to choose on headless machines.
+Fig. 4 and 5), one of each kind per group over the experiments it compares, drawn once
+(`drawn_figures`): `write_plots` writes them as `<kind>_<group>.png` and the HTML report inlines
+the same PNG bytes, with a tuning group's `tuned_vs_default` and `optimisation_history`.
+Figures are `matplotlib.figure.Figure`s: no pyplot state, no backend to choose on headless
+machines.
 """
 
 from __future__ import annotations
@@ -30,19 +31,34 @@ LINES = {
 }
 
 
-def write_plots(board: pd.DataFrame, rows: pd.DataFrame, out_dir: Path) -> list[Path]:
-    """Write each group's figures (`group_figures`) of the experiments it compares; returns the
-    files written (runs without logs get none)."""
+def drawn_figures(board: pd.DataFrame, rows: pd.DataFrame) -> dict[str, dict[str, bytes]]:
+    """Each group's figures (`group_figures`) of the experiments it compares, as PNG bytes by
+    kind: drawn once for the files (`write_plots`) and the report alike."""
+    drawn = {}
+    for group, entries in compared(board).groupby("group", sort=False):
+        figures = group_figures(entries, runs_of(rows, entries))
+        drawn[str(group)] = {kind: png(figure) for kind, figure in figures.items()}
+    return drawn
+
+
+def write_plots(
+    board: pd.DataFrame,
+    rows: pd.DataFrame,
+    out_dir: Path,
+    drawn: dict[str, dict[str, bytes]] | None = None,
+) -> list[Path]:
+    """Write each group's figures of the experiments it compares (`drawn`, or `drawn_figures`);
+    returns the files written (runs without logs get none)."""
+    drawn = drawn_figures(board, rows) if drawn is None else drawn
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    shown = compared(board)
-    for group in set(board["group"]) - set(shown["group"]):  # an earlier run's, now stale
+    for group in set(board["group"].astype(str)) - set(drawn):  # an earlier run's, now stale
         for kind in KINDS:
             (out_dir / f"{kind}_{group}.png").unlink(missing_ok=True)
-    for group, entries in shown.groupby("group", sort=False):
-        for kind, figure in group_figures(entries, runs_of(rows, entries)).items():
+    written = []
+    for group, figures in drawn.items():
+        for kind, data in figures.items():
             path = out_dir / f"{kind}_{group}.png"
-            path.write_bytes(png(figure))
+            path.write_bytes(data)
             written.append(path)
     return written
 

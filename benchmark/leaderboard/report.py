@@ -12,10 +12,8 @@ import math
 from pathlib import Path
 
 import pandas as pd
-from matplotlib.figure import Figure
 
 from benchmark.evaluation.metrics import metric_columns
-from benchmark.leaderboard.aggregate import compared
 from benchmark.leaderboard.markdown import (
     format_cell,
     format_params,
@@ -23,8 +21,7 @@ from benchmark.leaderboard.markdown import (
     tuning_rows,
     untuned_note,
 )
-from benchmark.leaderboard.plots import group_figures, optimisation_history, png, tuned_vs_default
-from benchmark.leaderboard.run_logs import runs_of
+from benchmark.leaderboard.plots import drawn_figures, optimisation_history, png, tuned_vs_default
 from benchmark.training.atomic import write_text
 from benchmark.tuning.tuned import GroupStudies
 
@@ -50,9 +47,12 @@ def write_report(
     description: str = "",
     fingerprint: str | None = None,
     studies: dict[str, GroupStudies] | None = None,
+    drawn: dict[str, dict[str, bytes]] | None = None,
 ) -> Path:
     """Write the page of `board` (one row per experiment) and its runs' `rows` atomically;
-    `studies` are the tuning studies of the groups that tune."""
+    `studies` are the tuning studies of the groups that tune, `drawn` the groups' figures
+    (`plots.drawn_figures`, drawn here when None)."""
+    drawn = drawn_figures(board, rows) if drawn is None else drawn
     body = [f"<h1>{_e(title)}</h1>"]
     if description:
         body.append(f"<p>{_e(description)}</p>")
@@ -67,8 +67,7 @@ def write_report(
         body.append(_facts(_group_facts(entries)))
         body += [f"<p class='note'>{_e(line)}</p>" for line in untuned_note(entries) if line]
         body.append(_table(entries))
-        shown = compared(entries)  # the figures compare tuned losses only
-        figures = group_figures(shown, runs_of(rows, shown)) if len(shown) else {}
+        figures = dict(drawn.get(str(group), {}))  # they compare tuned losses only
         if studies and str(group) in studies:
             intro, head, table = tuning_rows(studies[str(group)])
             body.append(f"<h3>Tuning</h3><p>{_e(intro)}</p>{_plain_table(head, table)}")
@@ -77,7 +76,7 @@ def write_report(
                 "tuned": tuned_vs_default(entries, metrics[0]) if metrics else None,
                 "history": optimisation_history(studies[str(group)]),
             }
-            figures |= {kind: figure for kind, figure in tuning.items() if figure is not None}
+            figures |= {kind: png(figure) for kind, figure in tuning.items() if figure is not None}
         body += [_image(f"fig-{index}-{kind}", kind, figure) for kind, figure in figures.items()]
         body.append("</section>")
     page = {"title": _e(title), "style": _STYLE, "script": _SCRIPT}
@@ -184,8 +183,8 @@ def _e(text: str) -> str:
     return html.escape(text, quote=True)
 
 
-def _image(name: str, kind: str, figure: Figure) -> str:
-    data = base64.b64encode(png(figure)).decode("ascii")
+def _image(name: str, kind: str, image_png: bytes) -> str:
+    data = base64.b64encode(image_png).decode("ascii")
     image = f"<img alt='{_e(_ALT[kind])}' src='data:image/png;base64,{data}'>"
     return f"<figure class='plot' id='{name}'>{image}</figure>"
 

@@ -55,6 +55,17 @@ def test_the_page_shows_the_plots_files_byte_for_byte(report: Path, tmp_path: Pa
     assert shown == {path.name: path.read_bytes() for path in files}
 
 
+def test_the_page_inlines_figures_drawn_for_the_files(tmp_path: Path) -> None:
+    """`leaderboard` draws each figure once: the page takes the bytes it is given."""
+    board, rows = hand_made_suite(tmp_path)
+    drawn = {"syn": {"recall_at_k": b"syn-recall"}, "reid": {}}
+    page = write_report(board, rows, tmp_path / "r.html", title="t", drawn=drawn).read_text()
+    images = IMAGE.findall(page)
+    assert [(i, kind, base64.b64decode(data)) for i, kind, data in images] == [
+        ("0", "recall_at_k", b"syn-recall")
+    ]
+
+
 def test_runs_without_folders_still_give_tables_and_recall(tmp_path: Path) -> None:
     board, rows = hand_made_suite(tmp_path)
     path = write_report(board, rows.assign(run_dir=""), tmp_path / "r.html", title="t")
