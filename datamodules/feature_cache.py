@@ -15,7 +15,6 @@ import fcntl
 import hashlib
 import json
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from core.atomic import replaced, write_text
 
 ENV_VAR = "CIRCLEBENCH_CACHE"
 
@@ -117,20 +118,7 @@ class FeatureCache:
                 "holds": description,
             }
             text = json.dumps(sidecar, indent=1, sort_keys=True, default=str) + "\n"
-            self._write(self.root / f"{key}.json", lambda f: f.write(text.encode()))
-            self._write(self.path(key), lambda f: np.save(f, array, allow_pickle=False))
+            write_text(self.root / f"{key}.json", text)
+            with replaced(self.path(key)) as tmp, open(tmp, "wb") as f:
+                np.save(f, array, allow_pickle=False)
             return array, True
-
-    def _write(self, path: Path, write: Callable[[Any], object]) -> None:
-        """Write a temporary file in the same folder, then `os.replace` it over `path`; opened by
-        name (`mkstemp` would make it private), so a shared cache stays readable by the group."""
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                write(f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise

@@ -19,8 +19,8 @@ import pandas as pd
 from scipy import stats
 
 from benchmark.evaluation.metrics import metric_columns
-from benchmark.training.atomic import replaced
 from benchmark.training.rows import FLOOR_LOSS, SETTINGS_COLUMNS
+from core.atomic import replaced
 
 TUNED = ".tuned"  # the experiment suffix of a loss as tuned (`suite.Cell.experiment`)
 

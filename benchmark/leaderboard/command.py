@@ -44,9 +44,9 @@ from benchmark.leaderboard.runner import (
 from benchmark.leaderboard.slurm_cells import add_slurm_arguments, print_status, slurm_launcher
 from benchmark.leaderboard.suite import Suite, load_suite
 from benchmark.manual import manual_line
-from benchmark.training.atomic import write_text
 from benchmark.training.rows import read_results
 from benchmark.tuning.tuned import group_studies
+from core.atomic import write_text
 from core.devices import usable_cores
 
 DEFAULT_TOLERANCE = 1.0  # percentage points: one flipped query of 160; docs/leaderboards/check.md

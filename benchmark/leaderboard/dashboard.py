@@ -29,10 +29,10 @@ from benchmark.leaderboard.run_logs import logged_columns, runs_of
 from benchmark.leaderboard.suite import Suite, load_suite
 from benchmark.leaderboard.wandb_views import ViewStore, WandbViewStore, publish_within
 from benchmark.manual import manual_line
-from benchmark.training.atomic import write_text
 from benchmark.training.loggers import wandb_has_credentials, wandb_server_reachable
 from benchmark.training.rows import read_results
 from benchmark.tuning.history import PROJECT as HISTORY_PROJECT
+from core.atomic import write_text
 from datamodules.base import RetrievalDataModule
 
 LEADERBOARD_PROJECT = "circlebench-leaderboard"  # where `leaderboard` logs its table

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
-from benchmark.training.atomic import write_text
+from core.atomic import write_text
 
 FILE_NAME = "leaderboard.numerics"  # beside leaderboard.csv: the fingerprint it was made with
 

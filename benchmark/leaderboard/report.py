@@ -22,8 +22,8 @@ from benchmark.leaderboard.markdown import (
     untuned_note,
 )
 from benchmark.leaderboard.plots import drawn_figures, optimisation_history, png, tuned_vs_default
-from benchmark.training.atomic import write_text
 from benchmark.tuning.tuned import GroupStudies
+from core.atomic import write_text
 
 # Board columns that are not settings: identity and bookkeeping, shown elsewhere on the page.
 _NOT_SETTINGS = ("experiment", "group", "requires", "n_seeds", "seeds")

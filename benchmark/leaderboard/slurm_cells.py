@@ -42,7 +42,7 @@ from benchmark.leaderboard.cells import (
     unfinished_cells,
 )
 from benchmark.leaderboard.suite import Cell, Suite
-from benchmark.training.atomic import write_text
+from core.atomic import write_text
 
 POLL_S = 10.0  # between two sacct calls while waiting; one call covers every job
 LEDGER = Path("slurm", "jobs.json")  # in a suite's work folder: each cell's latest job

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 import pytorch_lightning as pl
 
-from benchmark.training.atomic import replaced
 from benchmark.training.checkpoints import CheckpointInfo
 from benchmark.training.embedders import PooledBackbone
 from benchmark.training.rows import FLOOR_LOSS, ResultRow
+from core.atomic import replaced
 from core.devices import gpu_name, precision_label
 from datamodules.features import CachedFeatureDataModule
 from datamodules.msmt17 import MSMT17DataModule

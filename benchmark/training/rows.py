@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from benchmark.evaluation.metrics import metric_columns
-from benchmark.training.atomic import write_text
+from core.atomic import write_text
 
 # Columns after the metrics: how the numbers were obtained, not what was run.
 # The last three say where it ran (rows written before them have them empty; metrics computed

@@ -22,8 +22,8 @@ from pathlib import Path
 import optuna
 
 from benchmark.launch.forked import Work, run_forked
-from benchmark.training.atomic import write_text
 from benchmark.tuning.experiment import Budget, Experiment
+from core.atomic import write_text
 
 # (work, log, threads) -> exit status: how a fold's process is started (`forked.run_forked`)
 ForkRunner = Callable[[Work, Path, "int | None"], int]

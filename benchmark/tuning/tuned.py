@@ -28,9 +28,9 @@ import pandas as pd
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from benchmark.training.atomic import write_text
 from benchmark.tuning.experiment import Budget, Experiment
 from benchmark.tuning.study import DEFAULT, DUPLICATE_OF, RETRY_OF
+from core.atomic import write_text
 
 TUNED_DIR = Path("experiments/tuned")
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.atomic import replaced
 from datamodules.feature_cache import (
     ENV_VAR,
     FeatureCache,
@@ -118,7 +119,8 @@ def test_a_run_waiting_on_the_lock_reads_what_the_holder_wrote(tmp_path: Path) -
         waiter.start()
         waiter.join(timeout=0.2)
         assert waiter.is_alive() and not results  # blocked on the lock, not computing
-        cache._write(cache.path("k"), lambda f: np.save(f, features(seed=1)))  # holder's write
+        with replaced(cache.path("k")) as tmp, open(tmp, "wb") as f:  # the holder's write
+            np.save(f, features(seed=1))
     waiter.join(timeout=10)
     ((array, computed),) = results
     assert not computed

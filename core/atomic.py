@@ -1,7 +1,7 @@
 """Atomic file writes: a reader never sees a half-written file and a crash never truncates one.
 
 Every results file (rows, `similarities.npz`, the leaderboard's CSV, markdown and
-fingerprint) is written through `replaced`.
+fingerprint) and every feature cache entry is written through `replaced`.
 """
 
 from __future__ import annotations
