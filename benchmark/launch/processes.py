@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 LOG_TAIL = 15  # lines of a failed run's log shown in the terminal
@@ -107,6 +108,12 @@ def redirected_fds(target: int) -> Iterator[None]:
 def terminal_console() -> Console:
     """A console on a duplicate of stdout, so the progress bar survives `redirected_fds`."""
     return Console(file=os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1))
+
+
+def progress_bar(console: Console) -> Progress:
+    """The bar of a launcher's runs on `console`: what runs, a bar, done of all, time elapsed."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    return Progress(*columns, TimeElapsedColumn(), console=console)
 
 
 def print_failure(console: Console, name: str, why: str, log: Path) -> None:

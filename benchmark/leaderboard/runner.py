@@ -14,12 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from benchmark.launch.forked import run_forked
 from benchmark.launch.processes import (
     end_running,
     print_failure,
+    progress_bar,
     redirected_fds,
     run_in_own_group,
     thread_environment,
@@ -94,8 +94,7 @@ def run_cells(
         # Floors (test only, the shortest cells) last: with `jobs` > 1 they fill the time the
         # last long cell would otherwise run alone.
         todo.sort(key=lambda cell: cell.command == "test")
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-        with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
+        with progress_bar(console) as progress:
             bar = progress.add_task("cells", total=len(cells), completed=len(cells) - len(todo))
 
             def run(cell: Cell) -> None:

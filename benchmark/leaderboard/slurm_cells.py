@@ -16,12 +16,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from submitit import SlurmJob
 from submitit.core.utils import pickle_load
 
 from benchmark.launch import slurm
-from benchmark.launch.processes import print_failure
+from benchmark.launch.processes import print_failure, progress_bar
 from benchmark.launch.slurm import (
     JobWatch,
     SlurmOptions,
@@ -165,9 +164,8 @@ def _wait(
     fingerprints: set[str] = set()
     remaining = dict(jobs)
     watch = JobWatch(job_states)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     try:
-        with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
+        with progress_bar(console) as progress:
             bar = progress.add_task("cells", total=total, completed=total - len(jobs))
             while remaining:
                 states = watch.states(remaining.values())

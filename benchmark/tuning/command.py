@@ -28,10 +28,9 @@ from pathlib import Path
 import optuna
 import pandas as pd
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from benchmark.errors import ArgumentParser
-from benchmark.launch.processes import end_running, terminal_console
+from benchmark.launch.processes import end_running, progress_bar, terminal_console
 from benchmark.launch.slurm_options import add_launcher_argument, add_slurm_request, slurm_options
 from benchmark.manual import manual_line
 from benchmark.tuning.experiment import Budget, Experiment, parsed_config
@@ -253,8 +252,7 @@ def tune(task: Task, *, workers: int, threads: int, console: Console) -> dict:
     def objective(trial: optuna.Trial) -> float:
         return run_trial(trial, experiment, task.budget, task.work_dir, threads)
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, TimeElapsedColumn(), console=console) as progress, Heartbeat() as beat:
+    with progress_bar(console) as progress, Heartbeat() as beat:
         bar = progress.add_task(task.study, total=task.budget.trials)
 
         def done(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
