@@ -11,8 +11,10 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent import futures
 from pathlib import Path
+from typing import TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -21,6 +23,7 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 LOG_TAIL = 15  # lines of a failed run's log shown in the terminal
 _ACTIVE: set[int] = set()  # process groups of the runs going on now (their leaders' pids)
 _ACTIVE_LOCK = threading.Lock()
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -57,6 +60,26 @@ def end_running() -> None:
         for pid in _ACTIVE:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
+
+
+def on_threads(call: Callable[[T], object], items: Iterable[T], workers: int,
+                  stop: Callable[[], object] = lambda: None) -> None:  # fmt: skip
+    """call(item) for each item on `workers` threads that wait on runs. On Ctrl-C or an error,
+    `stop()` and `end_running()` before it propagates: the runs end now, not when they finish."""
+    pool = futures.ThreadPoolExecutor(max_workers=workers)
+    try:
+        started = [pool.submit(call, item) for item in items]
+        pending = set(started)
+        while pending:  # in slices, so that Ctrl-C reaches this thread; the first error ends all
+            done, pending = futures.wait(pending, 0.5, futures.FIRST_EXCEPTION)
+            for future in done:
+                future.result()
+    except BaseException:
+        stop()
+        end_running()
+        raise
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
 def die_with_parent() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchmark.leaderboard.aggregate import REFERENCES, board_metrics, is_tuned
-from benchmark.training.results import FLOOR_LOSS
+from benchmark.training.rows import FLOOR_LOSS
 from benchmark.tuning.tuned import GroupStudies
 
 _REFERENCE_NAMES = {"floor": "floor", "circle": "Circle", "default": "default"}

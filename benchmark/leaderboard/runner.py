@@ -10,14 +10,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rich.console import Console
 
 from benchmark.launch.forked import run_forked
 from benchmark.launch.processes import (
-    end_running,
+    on_threads,
     print_failure,
     progress_bar,
     redirected_fds,
@@ -117,13 +116,6 @@ def run_cells(
                     print_failure(progress.console, cell.cell_id, str(error), log)
                 progress.advance(bar)
 
-            pool = ThreadPoolExecutor(max_workers=jobs)  # its threads only wait on processes
-            try:
-                list(pool.map(run, todo))
-            except BaseException:  # Ctrl-C: end the cells now, not when they finish
-                end_running()
-                raise
-            finally:
-                pool.shutdown(cancel_futures=True)
+            on_threads(run, todo, jobs)
             progress.update(bar, description="cells")
     return summary

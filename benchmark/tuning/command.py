@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import optuna
@@ -30,7 +28,7 @@ import pandas as pd
 from rich.console import Console
 
 from benchmark.errors import ArgumentParser
-from benchmark.launch.processes import end_running, progress_bar, terminal_console
+from benchmark.launch.processes import on_threads, progress_bar, terminal_console
 from benchmark.launch.slurm_options import add_launcher_argument, add_slurm_request, slurm_options
 from benchmark.manual import manual_line
 from benchmark.tuning.experiment import Budget, Experiment, parsed_config
@@ -263,24 +261,11 @@ def tune(task: Task, *, workers: int, threads: int, console: Console) -> dict:
 
         progress.update(bar, completed=counted(study), description=_line(task, study))
         proposer = Proposer(task.budget, experiment.space.distributions())  # one per process
-        pool = ThreadPoolExecutor(max_workers=workers)
-        try:
-            futures = [
-                pool.submit(
-                    work, study, task.storage, proposer, objective, beat, stop=stop, done=done
-                )
-                for _ in range(workers)
-            ]
-            for future in futures:
-                while not future.done():  # wait in slices: Ctrl-C reaches this thread
-                    time.sleep(0.5)
-                future.result()
-        except BaseException:
-            stop.set()  # no new trial; the ones running are left for a later resume
-            end_running()
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+
+        def worker(_: int) -> None:
+            work(study, task.storage, proposer, objective, beat, stop=stop, done=done)
+
+        on_threads(worker, range(workers), workers, stop.set)  # stop: no new trial
     return _write(task, study, experiment, console)
 
 
