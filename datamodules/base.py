@@ -149,8 +149,12 @@ class RetrievalDataModule(pl.LightningDataModule):
 
     @property
     def official_counts(self) -> dict[str, tuple[int, int]]:
-        """Official `(images, classes)` per split under these arguments; {} where none apply."""
-        return self.info.counts if self.info is not None else {}
+        """Official `(images, classes)` per split under these arguments; {} where none apply
+        (no official counts, or a class split other than the official one)."""
+        if self.info is None:
+            return {}
+        official = self.info.counts["train"][1]
+        return self.info.counts if getattr(self, "train_classes", official) == official else {}
 
     @abstractmethod
     def load_splits(self) -> Splits:

@@ -130,11 +130,6 @@ class Cars196DataModule(RetrievalDataModule):
         super().__init__(root, **kwargs)
         self.train_classes = train_classes
 
-    @property
-    def official_counts(self) -> dict[str, tuple[int, int]]:
-        """Official `(images, classes)` per split; empty for a non-official class split."""
-        return INFO.counts if self.train_classes == 98 else {}
-
     def load_splits(self) -> Splits:
         return cars196_splits(self.root_dir, self.train_classes)
 

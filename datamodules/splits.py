@@ -9,6 +9,7 @@ seed), so every trial of every loss is scored on the same folds.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -105,9 +106,7 @@ def query_gallery_split(split: Split, *, seed: int) -> tuple[Split, Split]:
     first: dict[tuple[int, int], int] = {}  # (identity, camera) -> its query
     for i in torch.randperm(len(split), generator=gen).tolist():
         first.setdefault((split.labels[i], split.cameras[i]), i)
-    cameras_per_id: dict[int, int] = {}
-    for label, _ in first:
-        cameras_per_id[label] = cameras_per_id.get(label, 0) + 1
+    cameras_per_id = Counter(label for label, _ in first)
     query = sorted(i for (label, _), i in first.items() if cameras_per_id[label] > 1)
     chosen = set(query)
     return split.subset(query), split.subset([i for i in range(len(split)) if i not in chosen])

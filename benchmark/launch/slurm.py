@@ -225,20 +225,16 @@ def _seconds(elapsed: str) -> float:
 
 class JobWatch:
     """`job_states` for a wait that polls: a job unknown to both `sacct` and `squeue` is left
-    out (undecided) until it has stayed unknown for `grace_s` seconds (a requeue can hide it);
+    out (undecided) until it has stayed unknown for `UNKNOWN_GRACE_S` (a requeue can hide it);
     `ended_for` says how long a job has been seen ended (a wait holds off for `SETTLE_S`)."""
 
-    def __init__(
-        self,
-        poll: Callable[[Iterable[str]], dict[str, JobState]],
-        grace_s: float = UNKNOWN_GRACE_S,
-    ) -> None:
-        self.poll, self.grace_s = poll, grace_s  # poll: `job_states`
+    def __init__(self, poll: Callable[[Iterable[str]], dict[str, JobState]]) -> None:
+        self.poll = poll  # `job_states`
         self._unknown_since: dict[str, float] = {}
         self._ended_since: dict[str, float] = {}
 
     def states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
-        """The states of `job_ids` that are known, or unknown for longer than `grace_s`."""
+        """The states of `job_ids` that are known, or unknown for longer than the grace."""
         now = time.monotonic()
         states = {}
         for job_id, state in self.poll(job_ids).items():
@@ -248,7 +244,7 @@ class JobWatch:
                 self._ended_since.setdefault(job_id, now)
             if state.state != "UNKNOWN":
                 self._unknown_since.pop(job_id, None)
-            elif now - self._unknown_since.setdefault(job_id, now) < self.grace_s:
+            elif now - self._unknown_since.setdefault(job_id, now) < UNKNOWN_GRACE_S:
                 continue
             states[job_id] = state
         return states

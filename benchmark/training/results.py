@@ -8,8 +8,6 @@ does not import Lightning.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -22,8 +20,10 @@ from benchmark.training.embedders import PooledBackbone
 from benchmark.training.rows import FLOOR_LOSS, ResultRow
 from core.atomic import replaced
 from core.devices import gpu_name, precision_label
+from datamodules.feature_cache import content_key
 from datamodules.features import CachedFeatureDataModule
 from datamodules.msmt17 import MSMT17DataModule
+from datamodules.transforms import as_hw
 
 if TYPE_CHECKING:
     from benchmark.training.module import MetricLearningModule
@@ -53,8 +53,7 @@ def result_row(
         datamodule.extractor if isinstance(datamodule, CachedFeatureDataModule) else model.embedder
     )
     backbone = cast(PooledBackbone, front)
-    size = datamodule.image_size
-    height, width = size if isinstance(size, (tuple, list)) else (size, size)
+    height, width = as_hw(datamodule.image_size)
     return ResultRow(
         cell_id=cell_id,
         dataset=datamodule.dataset_name,
@@ -121,9 +120,8 @@ def _git(cwd: Path, *args: str) -> str:
 
 
 def config_hash(config: dict) -> str:
-    """First 12 hex digits of the SHA-256 of `config` as canonical JSON (sorted keys)."""
-    text = json.dumps(config, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    """First 12 hex digits of the SHA-256 of `config` as canonical JSON (`content_key`)."""
+    return content_key(config)[:12]
 
 
 def save_similarities(path: str | Path, sp: np.ndarray, sn: np.ndarray) -> None:

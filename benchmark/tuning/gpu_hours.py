@@ -144,21 +144,25 @@ def rate_for(work: Workload, rates: dict[str, list[Rate]]) -> dict[str, Rate]:
     return {device: rate for device, (_, rate) in found.items()}
 
 
+def _hours(work: Workload, rate: Rate, trained: float, extracted: float) -> float:
+    """GPU-hours of `trained` training and `extracted` embedding image passes at `rate`, its
+    images/s scaled from its image size to the run's by pixels."""
+    return (trained / rate.train + extracted / rate.extract) * work.pixels / rate.pixels / 3600
+
+
 def run_hours(work: Workload, rate: Rate, *, epochs: int | None = None) -> float:
     """GPU-hours of one run (train split x epochs, the config's unless given; 0 for a floor's
     test; then the test split once) at `rate`; 0 on the frozen track (see `cache_hours`)."""
     if work.views:
         return 0.0
-    scale = rate.pixels / work.pixels
-    train = work.train_images * (work.epochs if epochs is None else epochs) / (rate.train * scale)
-    return (train + work.test_images / (rate.extract * scale)) / 3600
+    trained = work.train_images * (work.epochs if epochs is None else epochs)
+    return _hours(work, rate, trained, work.test_images)
 
 
 def cache_hours(work: Workload, rate: Rate) -> float:
     """GPU-hours of the frozen track's feature cache: every training image in each cached view,
     and the test split, through the backbone once (0 end to end)."""
-    scale = rate.pixels / work.pixels
-    return (work.train_images * work.views + work.test_images) / (rate.extract * scale) / 3600
+    return _hours(work, rate, 0, work.train_images * work.views + work.test_images)
 
 
 def study_hours(work: Workload, budget: Budget, rate: Rate) -> float:
@@ -167,11 +171,11 @@ def study_hours(work: Workload, budget: Budget, rate: Rate) -> float:
     frozen track, whose folds read the cached features of the whole train split."""
     if work.views:
         return 0.0
-    scale = rate.pixels / work.pixels
     held = work.train_images / budget.folds
-    train = (work.train_images - held) * budget.max_epochs / (rate.train * scale)
-    validate = held * budget.max_epochs / (rate.extract * scale)
-    return budget.trials * budget.folds * (train + validate) / 3600
+    fold = _hours(
+        work, rate, (work.train_images - held) * budget.max_epochs, held * budget.max_epochs
+    )
+    return budget.trials * budget.folds * fold
 
 
 def study_plan(config: Path, overrides: tuple[str, ...], budget: Budget, study: str) -> str:

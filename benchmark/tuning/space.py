@@ -83,15 +83,6 @@ class SearchSpace:
         parameter: the loss's default setting, which a study tries first."""
         return {p.name: _lookup(config, p.path) for p in self.parameters}
 
-    def loss_arguments(self) -> dict[str, str]:
-        """Parameter name -> its path below `model.loss.init_args` (the loss's own ones)."""
-        prefix = LOSS_ARGS + "."
-        return {
-            p.name: p.path.removeprefix(prefix)
-            for p in self.parameters
-            if p.path.startswith(prefix)
-        }
-
 
 def space_path(stem: str, root: Path = Path(".")) -> Path:
     """Where the space of the experiment `stem` lives."""

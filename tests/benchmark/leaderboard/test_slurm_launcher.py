@@ -226,7 +226,8 @@ def test_a_job_slurm_briefly_forgets_is_waited_for_not_taken_as_ended(
         return {job_id: JobState(job_id, next(answers)) for job_id in job_ids}
 
     monkeypatch.setattr(slurm, "time", fake_clock(clock))
-    watch = slurm.JobWatch(states, grace_s=60.0)
+    assert slurm.UNKNOWN_GRACE_S == 60.0
+    watch = slurm.JobWatch(states)
     assert watch.states(["7_1"]) == {}  # unknown since 100 s
     clock[0] = 150.0
     assert watch.states(["7_1"]) == {}

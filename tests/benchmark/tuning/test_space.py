@@ -10,7 +10,7 @@ import optuna
 import pytest
 import yaml
 
-from benchmark.tuning.space import LOSS_ARGS, SPACES_DIR, load_space
+from benchmark.tuning.space import LOSS_ARGS, SPACES_DIR, SearchSpace, load_space
 from losses.external import pml_installed
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -46,12 +46,20 @@ def test_every_frozen_loss_has_a_space_and_every_space_a_config() -> None:
     assert all(_config_path(p.stem).is_file() for p in SPACES)
 
 
+def _loss_arguments(space: SearchSpace) -> dict[str, str]:
+    """Parameter name -> its path below `model.loss.init_args` (the loss's own ones)."""
+    prefix = LOSS_ARGS + "."
+    return {
+        p.name: p.path.removeprefix(prefix) for p in space.parameters if p.path.startswith(prefix)
+    }
+
+
 @pytest.mark.parametrize("file", SPACES, ids=lambda p: p.stem)
 def test_every_searched_name_is_an_argument_of_its_loss(file: Path) -> None:
     space = load_space(file)
     config = _loss_config(file.stem)
     assert config["class_path"] == space.loss
-    for name, path in space.loss_arguments().items():
+    for name, path in _loss_arguments(space).items():
         node, parts = config, path.split(".")
         for i, part in enumerate(parts):  # `source.init_args.scale`: walk the nested classes
             if part == "init_args":
@@ -130,7 +138,7 @@ def test_a_space_reads_ranges_choices_and_shared_knobs(tmp_path: Path) -> None:
     )
     space = load_space(file)
     assert [p.name for p in space.parameters] == ["margin", "soft_margin", "k", "head_lr"]
-    assert space.loss_arguments() == {
+    assert _loss_arguments(space) == {
         "margin": "margin",
         "soft_margin": "soft_margin",
         "k": "source.init_args.k",
