@@ -1,8 +1,8 @@
 """Compiled row passes of `similarity`: float32 norms and the dot products of scattered pairs.
 
 Every kernel is serial and releases the GIL; `on_threads` runs it over pieces of its range on
-torch's threads. A serial kernel compiles in a fraction of a parallel (`prange`) one's time,
-which the first evaluation after an install pays (docs/benchmarks/evaluation.md).
+torch's threads: a serial kernel compiles faster than a parallel (`prange`) one, and the first
+evaluation after an install pays for the compiling (docs/benchmarks/evaluation.md).
 
 Band pairs are scattered over the gallery, so a sampled (SDDMM) product would need them sorted
 into a sparse pattern; one compiled loop over the pairs reads each row in place, in any order.

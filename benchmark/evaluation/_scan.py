@@ -9,8 +9,8 @@ counts agree, `hist[i, count] += 1`; otherwise the pair is in the band and goes 
 Keys are the sign-magnitude integers of float32 bit patterns (ordered like the values, -0 = +0).
 Rows with a positive floor compare the raw bits directly, which the compiler vectorises; that
 is what makes the pass cheaper than torch's compare + nonzero + gather (see `bench eval`).
-The scans stay parallel (`prange`): serial ones on threads compiled in half the time but ran
-1.3-1.7x slower per unit (docs/benchmarks/evaluation.md).
+The scans are parallel (`prange`): serial ones on threads compile faster but run slower per
+unit (docs/benchmarks/evaluation.md).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from benchmark.evaluation.bands import Block, Readout
+from benchmark.evaluation.bands import Block
 from benchmark.evaluation.cuda_blocks import CudaShortlist
 from benchmark.evaluation.faiss_blocks import FaissShortlist
 from benchmark.evaluation.precision import ieee_float32
@@ -44,8 +44,8 @@ LOW_DTYPES = {
     "float16": torch.float16,
     "float32": torch.float32,
 }
-# About 0.35 s of float32 products on 2 Zen 4 cores: below it, `auto` takes float32. CUB's and
-# Cars196's test sets are below, Market-1501, SOP and MSMT17 above.
+# Below it, `auto` takes float32 whatever the device: CUB's and Cars196's test sets are below,
+# Market-1501, SOP and MSMT17 above (docs/evaluation/exactness.md).
 SMALL_MACS = 2**35
 
 
@@ -69,9 +69,8 @@ def requested(argument: str) -> str:
 
 def sgemm() -> str:
     """ "numpy" or "torch": whose float32 product the CPU blocks use, by the CPU's vendor, never
-    by a timing: numpy's BLAS (OpenBLAS in its wheels) on AMD, torch's (MKL) elsewhere. Each
-    ran whole float32 evaluations faster on that kind (docs/benchmarks/evaluation.md), and a
-    timing taken while other jobs run picked the slower one."""
+    by a timing taken while other jobs may run: numpy's BLAS (OpenBLAS in its wheels) on AMD,
+    torch's (MKL) elsewhere, the faster on each kind (docs/benchmarks/evaluation.md)."""
     return "numpy" if cpu_field("vendor_id") == {"AuthenticAMD"} else "torch"
 
 
@@ -102,18 +101,15 @@ class CpuShortlist:
 
     def __init__(self, gallery: LowCopy, engine: str = "torch") -> None:
         self._gallery = gallery.values
-        self._out = torch.bfloat16 if self._gallery.dtype == torch.bfloat16 else torch.float32
-        self._buffer = torch.empty(0, dtype=self._out)
+        self.readout = torch.bfloat16 if self._gallery.dtype == torch.bfloat16 else torch.float32
+        self._buffer = torch.empty(0, dtype=self.readout)
         self._numpy = engine == "numpy" and self._gallery.dtype == torch.float32
-
-    def readout(self, lowest: float, highest: float) -> Readout:
-        return self._out
 
     def __call__(self, q: Tensor, start: int) -> Tensor:
         g = self._gallery[start:]
         size = q.shape[0] * g.shape[0]
         if self._buffer.numel() < size:
-            self._buffer = torch.empty(size, dtype=self._out)
+            self._buffer = torch.empty(size, dtype=self.readout)
         out = self._buffer[:size].view(q.shape[0], g.shape[0])
         upcast = g.dtype == torch.float16  # exact: float16 products fit in float32
         q = q.float() if upcast else q

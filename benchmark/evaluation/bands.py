@@ -38,9 +38,7 @@ class Shortlist(Protocol):
         """Scores [B, N - start] of query-copy rows q [B, D] against gallery rows start.."""
         ...
 
-    def readout(self, lowest: float, highest: float) -> Readout:
-        """How the next blocks read, given that every threshold ± ε lies in [lowest, highest]."""
-        ...
+    readout: Readout  # the dtype its blocks come in
 
 
 Block = Callable[[LowCopy, LowCopy], Shortlist]  # (query copy, gallery copy) -> its shortlist
@@ -108,13 +106,6 @@ def _ceil_keys(x: Tensor) -> np.ndarray:
     f = torch.where(f.to(torch.float64) < x, torch.nextafter(f, torch.tensor(torch.inf)), f)
     b = f.view(torch.int32).to(torch.int64)
     return torch.where(b >= 0, b, -(2**31) - b).numpy()
-
-
-def shortlist_readout(shortlist: Shortlist, sims: Tensor, eps_in: float) -> Readout:
-    """The shortlist's readout for thresholds `sims` (float32 [P]) within ±eps_in."""
-    if sims.numel() == 0:
-        return shortlist.readout(0.0, 0.0)
-    return shortlist.readout(float(sims.min()) - eps_in, float(sims.max()) + eps_in)
 
 
 def threshold_tables(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from benchmark.evaluation.bands import Readout
 from benchmark.evaluation.precision import ieee_float32
 from benchmark.evaluation.similarity import LowCopy
 
@@ -55,16 +54,13 @@ class CudaShortlist:
         self._gallery = gallery.values  # [N, D]
         self._out_dtype = out_dtype
         bf16_out = self._gallery.dtype == torch.bfloat16 and not out_dtype
-        self._out = torch.bfloat16 if bf16_out else torch.float32
-        self._host = HostBlock(self._out, pinned=self._gallery.is_cuda)
-
-    def readout(self, lowest: float, highest: float) -> Readout:
-        return self._out
+        self.readout = torch.bfloat16 if bf16_out else torch.float32
+        self._host = HostBlock(self.readout, pinned=self._gallery.is_cuda)
 
     def __call__(self, q: Tensor, start: int) -> Tensor:
         g = self._gallery[start:]
         with ieee_float32():
-            if g.dtype == torch.float32 or self._out == torch.bfloat16:
+            if g.dtype == torch.float32 or self.readout == torch.bfloat16:
                 block = torch.mm(q, g.T)  # [B, N - start] in the inputs' dtype
             elif self._out_dtype:
                 block = torch.mm(q, g.T, out_dtype=torch.float32)

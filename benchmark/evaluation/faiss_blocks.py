@@ -94,6 +94,8 @@ def gpu_resources(faiss: ModuleType, device: torch.device) -> Any:
 class FaissShortlist:
     """float32 blocks by faiss against one gallery copy: BLAS on the CPU, bfKnn on a GPU."""
 
+    readout: Readout = torch.float32
+
     def __init__(self, gallery: LowCopy, device: torch.device) -> None:
         self._faiss = import_faiss()
         self._gpu = device.type == "cuda"
@@ -103,9 +105,6 @@ class FaissShortlist:
             self._host = HostBlock(torch.float32, pinned=True)
         else:
             self._gallery_np = gallery.values.cpu().numpy()
-
-    def readout(self, lowest: float, highest: float) -> Readout:
-        return torch.float32
 
     def __call__(self, q: Tensor, start: int) -> Tensor:
         faiss = self._faiss

@@ -23,14 +23,12 @@ from torch import Tensor
 
 from benchmark.evaluation.bands import (
     Block,
-    Readout,
     Shortlist,
     Tables,
     exclude_pairs,
     scan_cols,
     scan_rows,
     settle,
-    shortlist_readout,
     threshold_tables,
 )
 from benchmark.evaluation.sets import excluded
@@ -126,8 +124,7 @@ def positive_ranks(
         positive = ~excluded(torch.ones_like(rows, dtype=torch.bool), pair_q_cams, pair_g_cams)
         sims = exact_similarities(q, g, q_index[rows[positive]], g_index[positive])
         for attempt, (q_p, g_p, shortlist, eps_in) in enumerate(passes):
-            readout = shortlist_readout(shortlist, sims, eps_in)
-            tab = threshold_tables(rows[positive], sims, q_index.numel(), eps_in, readout)
+            tab = threshold_tables(rows[positive], sims, q_index.numel(), eps_in, shortlist.readout)
             scores = shortlist(q_p.query.rows(q_index).values, 0)  # [B, N]
             exclude_pairs(scores, (rows, g_index))  # same label (and camera, or not)
             limit = _limit(fallback if attempt == 0 else None, *scores.shape)
@@ -154,7 +151,6 @@ class _Panels:
     order: Tensor
     query: Tensor  # the query copy's values, rows in label order
     shortlist: Shortlist
-    readout: Readout
     tab: Tables
 
     @staticmethod
@@ -163,9 +159,8 @@ class _Panels:
         query = gallery if q.query is q.gallery else q.query.rows(order)  # one copy for both
         shortlist = block(query, gallery)
         eps_in = shortlist_error(q, q)
-        readout = shortlist_readout(shortlist, sims, eps_in)
-        tab = threshold_tables(pairs, sims, order.numel(), eps_in, readout)
-        return _Panels(q, order, query.values, shortlist, readout, tab)
+        tab = threshold_tables(pairs, sims, order.numel(), eps_in, shortlist.readout)
+        return _Panels(q, order, query.values, shortlist, tab)
 
     def count(self, s: int, e: int, same: Tensor, fallback: Block | None) -> bool:
         """Count panel rows [s, e) × columns [s, N) into the table; False, with the histogram

@@ -23,9 +23,8 @@ the query's id and camera stays in the graph but leaves that query's ranking.
 Memory (Market-1501: 3,368 + 15,913 items, D = 2048): the neighbour lists come from float32
 panels of chunk × N (`_neighbours`), V is sparse (a few hundred entries per row), and d_J, d*
 are built for chunk queries × G at a time; never an N × N or Q × G matrix. The probes' float32
-products with the gallery are recomputed for d* rather than kept from the graph's panels:
-29 % more products at Market's size (Q × G of N² / 2), but keeping them would take 4 Q G bytes,
-3.8 GB at MSMT17's.
+products with the gallery are recomputed for d* rather than kept from the graph's panels
+(Q × G more products, against 4 Q G bytes to keep them).
 
 Exact: every similarity that decides something is the reference s. The neighbour lists and row
 maxima are re-checked exactly; d* of the positives uses the exact s, and a negative's float32
