@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from benchmark.bench.eval_data import CASES, REAL_SIZES, Case, make_data, scaled_case
+from benchmark.bench.eval_data import CASES, REAL_SIZES, Case, evaluator, make_data, scaled_case
 from benchmark.bench.timing import (
     bench_parser,
     gpu_peak,
@@ -46,7 +46,7 @@ def baseline(
     case: Case, data: dict, n_queries: int, chunk: int = 512, device: str = "cpu"
 ) -> dict[str, float]:
     """The plain way: float32 similarities, full sort per query, metrics from sorted labels."""
-    data = {k: v.to(device) for k, v in data.items() if v is not None}
+    data = {k: v.to(device) for k, v in data.items()}
     q = torch.nn.functional.normalize(data["query_emb"][:n_queries])
     same = case.protocol == "same_set"
     g = torch.nn.functional.normalize(data["query_emb"] if same else data["gallery_emb"])
@@ -152,12 +152,9 @@ def cold_seconds(case: Case, path: str, device: str) -> float:
 
 def first_seconds(case: Case, path: str, device: str) -> float:
     """Seconds of one evaluation of `case` by `path` (the data made first, untimed)."""
-    kwargs = {k: v for k, v in make_data(case).items() if v is not None}
-    backend, arithmetic = ("faiss", "auto") if path == "faiss" else ("torch", path)
-    ev = RetrievalEvaluator(case.protocol, case.ks, case.metrics, backend=backend,  # type: ignore[arg-type]
-                            device=device, arithmetic=arithmetic)  # type: ignore[arg-type]  # fmt: skip
+    data, ev = make_data(case), evaluator(case, path, device)
     start = time.perf_counter()
-    ev.evaluate(**kwargs)
+    ev.evaluate(**data)
     return time.perf_counter() - start
 
 
@@ -176,14 +173,11 @@ def run_case(
     size = f"{case.n_query:,} x {(case.n_gallery or case.n_query):,}, D={case.dim}"
     print(f"\n== {case.name}: {case.protocol} {size}, {case.n_classes:,} classes ==")
     data = make_data(case)
-    kwargs = {k: v for k, v in data.items() if v is not None}
     # Ours first: the baseline's freed arrays would otherwise hide their peak memory.
     measured = []
     for path in paths:
-        backend, arithmetic = ("faiss", "auto") if path == "faiss" else ("torch", path)
-        ev = RetrievalEvaluator(case.protocol, case.ks, case.metrics, backend=backend,  # type: ignore[arg-type]
-                                device=device, arithmetic=arithmetic)  # type: ignore[arg-type]  # fmt: skip
-        result, seconds, mem, gpu_mem = _timed(lambda ev=ev: ev.evaluate(**kwargs), repeat, device)
+        ev = evaluator(case, path, device)
+        result, seconds, mem, gpu_mem = _timed(lambda ev=ev: ev.evaluate(**data), repeat, device)
         label = f"{ev.last_backend}{' (auto)' if path == 'auto' else ''}"
         first = cold_seconds(case, path, device) if cold else None
         measured.append((label, seconds, _memory(mem, gpu_mem, device), mem, result, first))
@@ -269,7 +263,7 @@ def run_rerank(case: Case) -> None:
     if case.protocol != "query_gallery":
         print(f"{case.name}: no re-ranking (it needs query_gallery)")
         return
-    kwargs = {k: v for k, v in make_data(case).items() if v is not None}
+    kwargs = make_data(case)
     metrics = (*case.metrics, "mINP")
     ev = RetrievalEvaluator(case.protocol, case.ks, metrics, rerank="k-reciprocal")  # type: ignore[arg-type]
     start = time.perf_counter()

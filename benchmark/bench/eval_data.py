@@ -24,6 +24,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from benchmark.evaluation import RetrievalEvaluator
+
 Kind = Literal["clustered", "isotropic", "collapsed", "duplicates", "low-rank"]
 
 
@@ -84,7 +86,7 @@ def clustered(labels: Tensor, centres: Tensor, basis: Tensor, noise: float, seed
     return out
 
 
-def make_data(case: Case, seed: int = 0) -> dict[str, Tensor | None]:
+def make_data(case: Case, seed: int = 0) -> dict[str, Tensor]:
     """Deterministic embeddings, labels and cameras for `case`."""
     gen = torch.Generator().manual_seed(seed)
     latent = case.dim if case.kind in ("isotropic", "collapsed") else case.latent
@@ -100,7 +102,7 @@ def make_data(case: Case, seed: int = 0) -> dict[str, Tensor | None]:
         query = torch.nn.functional.normalize(query) + COLLAPSED_SHARED * shared
     elif case.kind == "duplicates":
         query = _with_copies(query, q_labels, gen)
-    data: dict[str, Tensor | None] = {"query_labels": q_labels, "query_emb": query}
+    data = {"query_labels": q_labels, "query_emb": query}
     if case.protocol == "query_gallery":
         g_labels = torch.randint(0, case.n_classes, (case.n_gallery,), generator=gen)
         data["gallery_labels"] = g_labels
@@ -108,6 +110,13 @@ def make_data(case: Case, seed: int = 0) -> dict[str, Tensor | None]:
         data["query_cams"] = torch.randint(0, case.n_cams, (case.n_query,), generator=gen)
         data["gallery_cams"] = torch.randint(0, case.n_cams, (case.n_gallery,), generator=gen)
     return data
+
+
+def evaluator(case: Case, path: str, device: str) -> RetrievalEvaluator:
+    """Our evaluator on `path`: faiss (its arithmetic `auto`), or torch in that arithmetic."""
+    backend, arithmetic = ("faiss", "auto") if path == "faiss" else ("torch", path)
+    return RetrievalEvaluator(case.protocol, case.ks, case.metrics, backend=backend,  # type: ignore[arg-type]
+                              device=device, arithmetic=arithmetic)  # type: ignore[arg-type]  # fmt: skip
 
 
 def _labels(case: Case, n: int, gen: torch.Generator) -> Tensor:

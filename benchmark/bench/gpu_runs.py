@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from benchmark.bench.data import write_jpeg_folder
 from benchmark.bench.eval import faiss_top_k
-from benchmark.bench.eval_data import CASES, make_data, scaled_case
+from benchmark.bench.eval_data import CASES, evaluator, make_data, scaled_case
 from benchmark.bench.gpu_steps import Result, Step
 from benchmark.bench.timing import gpu_peak, median_seconds
 from benchmark.bench.train import bare_images_per_s, configured, lightning_images_per_s
@@ -168,10 +168,9 @@ class Runner:
         if name not in self._cases:
             case = scaled_case(CASES[name], self.args.subset)
             data = make_data(case)
-            kwargs = {k: v for k, v in data.items() if v is not None}
             cpu = RetrievalEvaluator(case.protocol, case.ks, case.metrics, device="cpu")  # type: ignore[arg-type]
             start = time.perf_counter()
-            answer = cpu.evaluate(**kwargs)
+            answer = cpu.evaluate(**data)
             seconds = time.perf_counter() - start
             print(f"  {name} on the CPU ({cpu.last_backend}): {seconds:.1f} s, the reference")
             self._cases[name] = (data, answer)
@@ -184,14 +183,9 @@ class Runner:
             run = lambda: faiss_top_k(case, data, self.kind)  # noqa: E731
             _, peak = gpu_peak(run, self.kind)  # also the warm-up
             return Result(step, self._median(run), peak)
-        backend = "faiss" if step.path == "faiss" else "torch"
-        ev = RetrievalEvaluator(
-            case.protocol, case.ks, case.metrics, backend=backend, device=self.kind,  # type: ignore[arg-type]
-            arithmetic="auto" if backend == "faiss" else step.path,  # type: ignore[arg-type]
-        )  # fmt: skip
-        kwargs = {k: v for k, v in data.items() if v is not None}
-        got, peak = gpu_peak(lambda: ev.evaluate(**kwargs), self.kind)  # also the warm-up
-        seconds = self._median(lambda: ev.evaluate(**kwargs))
+        ev = evaluator(case, step.path, self.kind)
+        got, peak = gpu_peak(lambda: ev.evaluate(**data), self.kind)  # also the warm-up
+        seconds = self._median(lambda: ev.evaluate(**data))
         return Result(step, seconds, peak, got == answer, ev.last_backend)
 
     def _median(self, fn: Any) -> float:
