@@ -203,16 +203,7 @@ class RetrievalEvaluator:
             )  # fmt: skip
             name, block, fallback, qe, ge = self._blocks(sets, qe, ge, arithmetic)
             ranks = positive_ranks(
-                qe,
-                ge,
-                sets.query_labels,
-                sets.gallery_labels,
-                same_set=sets.same_set,
-                q_cams=sets.query_cams,
-                g_cams=sets.gallery_cams,
-                block=block,
-                chunk_size=self.chunk_size,
-                fallback=fallback,
+                qe, ge, sets, block=block, chunk_size=self.chunk_size, fallback=fallback
             )
         skipped = int((ranks.counts == 0).sum())
         if skipped == len(ranks.counts):

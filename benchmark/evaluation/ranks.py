@@ -31,7 +31,7 @@ from benchmark.evaluation.bands import (
     settle,
     threshold_tables,
 )
-from benchmark.evaluation.sets import excluded
+from benchmark.evaluation.sets import EvaluationSets, excluded
 from benchmark.evaluation.similarity import UnitEmbeddings, exact_similarities, shortlist_error
 
 # A block whose band holds more than this share of its pairs is recomputed in float32: past it,
@@ -90,25 +90,24 @@ def _limit(fallback: Block | None, rows: int, cols: int) -> int | None:
 def positive_ranks(
     q: UnitEmbeddings,
     g: UnitEmbeddings,
-    q_labels: Tensor,
-    g_labels: Tensor,
+    sets: EvaluationSets,
     *,
-    same_set: bool,
-    q_cams: Tensor | None,
-    g_cams: Tensor | None,
     block: Block,
     chunk_size: int,
     fallback: Block | None = None,
 ) -> PositiveRanks:
-    """Positions of all positives of every query; see the module docstring for the rule.
+    """Positions of all positives of every query of `sets` (embedded as q and g); see the module
+    docstring for the rule.
 
     Excluded from each query's ranking: itself (`same_set`), and the pairs `sets.excluded`
     names (same label, same camera). Junk gallery items must be removed by the caller.
     `fallback` (float32 blocks, for a coarser `block`) recomputes a chunk whose band holds more
     than `FALLBACK_SHARE` of its pairs: re-checking them would cost more than its product.
     """
-    if same_set:
+    q_labels, q_cams, g_cams = sets.query_labels, sets.query_cams, sets.gallery_cams
+    if sets.same_set:
         return _same_set_ranks(q, q_labels, block, chunk_size, fallback)
+    g_labels = sets.gallery_labels
     g_order = torch.argsort(g_labels, stable=True)
     g_sorted = g_labels[g_order]
     # Queries in label order: a chunk then touches few label groups (ranks do not depend on it).
