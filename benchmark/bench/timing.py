@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from benchmark.evaluation.arithmetic import cpu_flags
+from benchmark.evaluation.arithmetic import cpu_field, cpu_flags
 from benchmark.manual import manual_line
 from core.devices import chosen_device
 
@@ -92,15 +92,7 @@ def machine() -> str:
 
     import torch
 
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(
-                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
-                model,
-            )
-    except OSError:
-        pass
+    model = cpu_field("model name") or platform.processor() or platform.machine()
     capability, threads = torch.backends.cpu.get_cpu_capability(), torch.get_num_threads()
     flags = sorted(cpu_flags() & MATRIX_FLAGS)
     return (

@@ -71,7 +71,7 @@ def sgemm() -> str:
     """ "numpy" or "torch": whose float32 product the CPU blocks use, by the CPU's vendor, never
     by a timing taken while other jobs may run: numpy's BLAS (OpenBLAS in its wheels) on AMD,
     torch's (MKL) elsewhere, the faster on each kind (docs/benchmarks/evaluation.md)."""
-    return "numpy" if cpu_field("vendor_id") == {"AuthenticAMD"} else "torch"
+    return "numpy" if cpu_field("vendor_id") == "AuthenticAMD" else "torch"
 
 
 def block(name: str, device: torch.device) -> Block:
@@ -128,17 +128,17 @@ class CpuShortlist:
 
 def cpu_flags() -> set[str]:
     """The CPU's feature flags (x86 `flags`, ARM `Features`) from /proc/cpuinfo; empty elsewhere."""
-    return cpu_field("flags") or cpu_field("Features")
+    return set((cpu_field("flags") or cpu_field("Features")).split())
 
 
-def cpu_field(key: str) -> set[str]:
-    """The words of the first /proc/cpuinfo line named `key`; empty where there is none."""
+def cpu_field(key: str) -> str:
+    """The value of the first /proc/cpuinfo line named `key`; "" where there is none."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return set()
+        return ""
     for line in text.splitlines():
         name, _, value = line.partition(":")
         if name.strip() == key:
-            return set(value.split())
-    return set()
+            return value.strip()
+    return ""
