@@ -62,8 +62,12 @@ def end_running() -> None:
                 os.killpg(pid, signal.SIGKILL)
 
 
-def on_threads(call: Callable[[T], object], items: Iterable[T], workers: int,
-                  stop: Callable[[], object] = lambda: None) -> None:  # fmt: skip
+def on_threads(
+    call: Callable[[T], object],
+    items: Iterable[T],
+    workers: int,
+    stop: Callable[[], object] = lambda: None,
+) -> None:
     """call(item) for each item on `workers` threads that wait on runs. On Ctrl-C or an error,
     `stop()` and `end_running()` before it propagates: the runs end now, not when they finish."""
     pool = futures.ThreadPoolExecutor(max_workers=workers)
