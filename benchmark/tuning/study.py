@@ -232,6 +232,10 @@ def _dead_worker(trial: FrozenTrial, me: Worker, now: float) -> str | None:
     beat = float(trial.user_attrs.get("heartbeat", started))
     if host == me.host and isinstance(pid, int) and pid != me.pid and not _alive(pid):
         return f"interrupted: worker {host}:{pid} is gone (killed, or its machine stopped)"
+    # `work` names itself in a trial under the budget lock, right after asking for it: a trial
+    # still unnamed once such a lock would be broken was asked by a worker killed in between.
+    if host is None and now - started > LOCK_GRACE_S:
+        return f"interrupted: its worker died while asking for it ({now - started:.0f} s ago)"
     if now - beat > STALE_S:
         return f"interrupted: no heartbeat from worker {host}:{pid} for {now - beat:.0f} s"
     return None

@@ -25,6 +25,7 @@ from benchmark.tuning.experiment import Budget
 from benchmark.tuning.study import (
     DEFAULT,
     INTERRUPTED,
+    LOCK_GRACE_S,
     RETRY_OF,
     STALE_S,
     Heartbeat,
@@ -194,6 +195,21 @@ def test_a_worker_elsewhere_is_stale_only_after_its_heartbeat_stops(tmp_path: Pa
     assert recover_stale(study, Worker.here(), now=now + STALE_S + 1) == [trial.number]
     (retry,) = [t for t in study.get_trials() if t.state == TrialState.WAITING]
     assert "no heartbeat from worker node7:4242" in retry.user_attrs[INTERRUPTED]
+
+
+def test_a_trial_whose_worker_died_before_naming_itself_is_rerun(tmp_path: Path) -> None:
+    """A worker killed inside the budget lock, between `ask` and writing its name into the
+    trial, left it RUNNING with no worker: once a lock would be broken, it is a dead one's."""
+    study = _study(str(tmp_path / "study.journal"))
+    trial = study.ask()
+    _value(trial)
+    assert trial.datetime_start is not None
+    started = trial.datetime_start.timestamp()
+    assert recover_stale(study, Worker.here(), now=started + LOCK_GRACE_S - 1) == []
+    assert recover_stale(study, Worker.here(), now=started + LOCK_GRACE_S + 1) == [trial.number]
+    (retry,) = [t for t in study.get_trials() if t.state == TrialState.WAITING]
+    assert retry.user_attrs[RETRY_OF] == trial.number
+    assert "died while asking for it" in retry.user_attrs[INTERRUPTED]
 
 
 def test_after_ctrl_c_a_trial_is_left_for_resume_not_failed(tmp_path: Path) -> None:
