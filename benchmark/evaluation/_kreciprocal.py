@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from benchmark.evaluation._scan import count_le
+
 TILE = 256  # columns per thread in the transposed pass: contiguous reads, private rows
 
 
@@ -120,19 +122,6 @@ def jaccard_rows(p_ptr, p_col, p_val, row0, g_ptr, g_row, g_val, p_sum, g_sum, o
             acc[j] = 1.0 - acc[j] / union if union > 0.0 else 1.0
 
 
-@njit(inline="always")
-def _count_below(t, a, b, x):
-    """#{k in [a, b) : t[k] < x} for t ascending on [a, b)."""
-    lo, hi = a, b
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if t[mid] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo - a
-
-
 @njit(parallel=True, nogil=True, cache=True)
 def count_negatives(jaccard, s_low, scale, lambda_, delta, q_labels, g_labels, t_ptr, t, hist,
                     unsure):  # fmt: skip
@@ -152,8 +141,9 @@ def count_negatives(jaccard, s_low, scale, lambda_, delta, q_labels, g_labels, t
             if d - de > top:  # beyond every threshold: most negatives
                 hist[i, b - a] += 1
                 continue
-            lo = _count_below(t, a, b, d - de)
-            if lo == _count_below(t, a, b, np.nextafter(d + de, np.inf)):
+            # #{t < x} is #{t ≤ the float below x}: no float lies between them.
+            lo = count_le(t, a, b, np.nextafter(d - de, -np.inf))
+            if lo == count_le(t, a, b, d + de):
                 hist[i, lo] += 1
             else:
                 unsure[i, j] = True

@@ -233,10 +233,9 @@ def settle(
     g_index: Tensor | None,
     *,
     by_query: bool = False,
-) -> int:
+) -> None:
     """Count the band pairs (query, gallery position): a float32 look (shortlists coarser than
-    float32 only), then exact references for those still within bound of a threshold. Returns
-    how many pairs needed their exact reference.
+    float32 only), then exact references for those still within bound of a threshold.
 
     `q_index` maps table queries to rows of q, `g_index` gallery positions to rows of g.
     Wide bands are read in the order of the side outside the block's chunk: the gallery, or
@@ -244,7 +243,7 @@ def settle(
     """
     rows, cols = pairs
     if rows.size == 0:
-        return 0
+        return
     # numpy indexing: torch's parallel gathers stall beside other jobs.
     q_map = q_index.numpy()
     gallery = cols if g_index is None else g_index.numpy()[cols]
@@ -263,4 +262,3 @@ def settle(
     unused = np.zeros(rows.size, dtype=np.bool_)
     values = exact.numpy().astype(np.float64)
     _scan.count_values(rows, values, tab.ptr, tab.t, 0.0, tab.hist, unused)
-    return int(rows.size)
