@@ -11,8 +11,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from benchmark.evaluation._scan import count_le
-
 TILE = 256  # columns per thread in the transposed pass: contiguous reads, private rows
 
 
@@ -122,6 +120,22 @@ def jaccard_rows(p_ptr, p_col, p_val, row0, g_ptr, g_row, g_val, p_sum, g_sum, o
             acc[j] = 1.0 - acc[j] / union if union > 0.0 else 1.0
 
 
+@njit(inline="always")
+def _count_below(t, a, b, x):
+    """#{k in [a, b) : t[k] < x} for t ascending on [a, b).
+
+    `_scan._count_le`'s twin on purpose: numba's disk cache is invalidated by the kernel's own
+    file only, so a helper imported from another file could leave a stale cached kernel."""
+    lo, hi = a, b
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if t[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - a
+
+
 @njit(parallel=True, nogil=True, cache=True)
 def count_negatives(jaccard, s_low, scale, lambda_, delta, q_labels, g_labels, t_ptr, t, hist,
                     unsure):  # fmt: skip
@@ -141,9 +155,8 @@ def count_negatives(jaccard, s_low, scale, lambda_, delta, q_labels, g_labels, t
             if d - de > top:  # beyond every threshold: most negatives
                 hist[i, b - a] += 1
                 continue
-            # #{t < x} is #{t ≤ the float below x}: no float lies between them.
-            lo = count_le(t, a, b, np.nextafter(d - de, -np.inf))
-            if lo == count_le(t, a, b, d + de):
+            lo = _count_below(t, a, b, d - de)
+            if lo == _count_below(t, a, b, np.nextafter(d + de, np.inf)):
                 hist[i, lo] += 1
             else:
                 unsure[i, j] = True

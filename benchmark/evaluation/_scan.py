@@ -29,7 +29,7 @@ def _key(bits, shift):
 
 
 @njit(inline="always")
-def count_le(keys, a, b, key):
+def _count_le(keys, a, b, key):
     """#{m in [a, b): keys[m] ≤ key} for keys ascending on [a, b)."""
     lo, hi = a, b
     while lo < hi:
@@ -51,8 +51,8 @@ def _classify(key, lo, hi, a, b):
             sure += hi[k] <= key
             maybe += lo[k] <= key
     else:
-        sure = count_le(hi, a, b, key)
-        maybe = count_le(lo, a, b, key)
+        sure = _count_le(hi, a, b, key)
+        maybe = _count_le(lo, a, b, key)
     return sure if sure == maybe else -1
 
 
