@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,14 @@ import torch
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 HAS_FAISS = importlib.util.find_spec("faiss") is not None
+# `-n auto` (pyproject's addopts) takes one worker per usable core, at most this many: past it,
+# the Slurm file, which one worker runs whole, bounds the suite, and each worker holds a torch.
+MAX_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers() -> int:
+    """The workers of `-n auto`: the cores this process may use, capped at MAX_WORKERS."""
+    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m faiss` selects by the marks added here
