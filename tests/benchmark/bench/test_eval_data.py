@@ -40,7 +40,9 @@ def test_collapsed_puts_every_cosine_above_085_and_positives_barely_above() -> N
 def test_duplicates_copies_items_within_and_across_classes() -> None:
     data = make_data(scaled_case(CASES["duplicates"], 0.05))
     x, labels = data["query_emb"], data["query_labels"]
-    rows, cols = torch.nonzero(torch.triu((x[:, None] == x[None, :]).all(-1), diagonal=1)).T
+    # Items with one row index are copies: an [N, N] comparison, not the [N, N, D] of the rows.
+    row = torch.unique(x, dim=0, return_inverse=True)[1]
+    rows, cols = torch.nonzero(torch.triu(row[:, None] == row[None, :], diagonal=1)).T
     same = labels[rows] == labels[cols]
     assert same.sum() > len(x) / 6 and (~same).sum() > len(x) / 200
 
