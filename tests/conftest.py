@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 import pytest
 import torch
+
+from core.devices import usable_cores
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 HAS_FAISS = importlib.util.find_spec("faiss") is not None
@@ -18,7 +19,7 @@ MAX_WORKERS = 4
 
 def pytest_xdist_auto_num_workers() -> int:
     """The workers of `-n auto`: the cores this process may use, capped at MAX_WORKERS."""
-    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
+    return min(MAX_WORKERS, usable_cores())
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m faiss` selects by the marks added here
