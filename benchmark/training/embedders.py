@@ -303,7 +303,10 @@ class FeatureHead(EmbedderBase):
 
     The trained part of the frozen-backbone track. `kind`:
     - `residual`: x + W x with W [C, C] initialised to 0, so the untrained head returns the
-      pretrained feature itself and training starts from the zero-shot floor (D = C).
+      pretrained feature itself and training starts from the zero-shot floor (D = C). With
+      `rank` r, W = U V is factored (V [r, C] at PyTorch's default initialisation, U [C, r]
+      at 0): the same floor at the start, and a step costs about 2r / C of the full W's
+      products and optimiser pass.
     - `linear`: W x + b, a C -> D projection (PyTorch's default initialisation).
     - `identity`: no parameters: evaluating the pooled feature itself (the zero-shot floor).
 
@@ -311,10 +314,15 @@ class FeatureHead(EmbedderBase):
         in_features: C, the extractor's feature size (1280 for efficientnet_lite0).
         embedding_dim: D; None for C. `identity` and `residual` keep C.
         kind: `residual`, `linear` or `identity`.
+        rank: r of a factored `residual` head's W = U V; None for a full W [C, C].
     """
 
     def __init__(
-        self, in_features: int = 1280, embedding_dim: int | None = None, kind: HeadKind = "residual"
+        self,
+        in_features: int = 1280,
+        embedding_dim: int | None = None,
+        kind: HeadKind = "residual",
+        rank: int | None = None,
     ) -> None:
         super().__init__()
         if kind not in get_args(HeadKind):
@@ -329,12 +337,25 @@ class FeatureHead(EmbedderBase):
                 f"a {kind} head keeps the feature size: embedding_dim must be None or "
                 f"in_features={in_features}, got {embedding_dim}; use kind='linear' to project"
             )
-        self.in_features, self.embedding_dim, self.kind = in_features, dim, kind
+        if rank is not None:
+            if kind != "residual":
+                raise ValueError(f"rank factors a residual head's W; a {kind} head has no rank")
+            _check_dim("rank", rank)
+            if rank >= in_features:
+                raise ValueError(
+                    f"rank must be below in_features={in_features} (a full W), got {rank}; "
+                    "use rank=None for the full W"
+                )
+        self.in_features, self.embedding_dim, self.kind, self.rank = in_features, dim, kind, rank
         self.linear: nn.Linear | None = None
+        self.down: nn.Linear | None = None  # V of W = U V; U is then `linear`
         if kind == "linear":
             self.linear = nn.Linear(in_features, dim)
         elif kind == "residual":
-            self.linear = nn.Linear(in_features, in_features, bias=False)
+            width = in_features if rank is None else rank
+            if rank is not None:
+                self.down = nn.Linear(in_features, rank, bias=False)
+            self.linear = nn.Linear(width, in_features, bias=False)
             nn.init.zeros_(self.linear.weight)  # identity at the start: the zero-shot feature
 
     def forward(self, features: Tensor) -> Tensor:
@@ -349,7 +370,8 @@ class FeatureHead(EmbedderBase):
         if self.linear is None:
             return features
         if self.kind == "residual":
-            return features + self.linear(features)  # [B, C]
+            hidden = features if self.down is None else self.down(features)  # [B, r]
+            return features + self.linear(hidden)  # [B, C]
         return self.linear(features)  # [B, D]
 
     def backbone_parameters(self) -> Iterator[nn.Parameter]:
@@ -357,13 +379,14 @@ class FeatureHead(EmbedderBase):
         return iter(())
 
     def head_parameters(self) -> Iterator[nn.Parameter]:
-        """W (and b for `linear`); nothing for `identity`."""
+        """W (U and V when factored; and b for `linear`); nothing for `identity`."""
         return (p for p in self.parameters() if p.requires_grad)
 
     def extra_repr(self) -> str:
+        rank = "" if self.rank is None else f", rank={self.rank}"
         return (
             f"in_features={self.in_features}, embedding_dim={self.embedding_dim}, "
-            f"kind={self.kind!r}"
+            f"kind={self.kind!r}{rank}"
         )
 
 

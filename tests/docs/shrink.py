@@ -66,6 +66,7 @@ def config_shrink(config: dict[str, Any]) -> list[str]:
         args += [
             "--model.embedder.init_args.in_features=256",
             "--model.embedder.init_args.kind=linear",
+            "--model.embedder.init_args.rank=null",  # a linear head has none
         ]
     kind, init = data.get("class_path"), data.get("init_args") or {}
     if kind == SYNTHETIC:

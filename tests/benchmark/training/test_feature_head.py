@@ -51,6 +51,22 @@ def test_residual_head_starts_at_the_identity_and_its_gradients_reach_w() -> Non
     assert not torch.allclose(head(features), features)
 
 
+def test_a_factored_residual_head_starts_at_the_identity_and_trains_u_and_v() -> None:
+    head = FeatureHead(8, kind="residual", rank=3)
+    features, labels = torch.randn(6, 8), torch.tensor([0, 0, 1, 1, 2, 2])
+    assert torch.equal(head(features), features) and "rank=3" in repr(head)
+    v, u = head.down.weight, head.linear.weight  # type: ignore[union-attr]
+    assert [p.shape for p in head.head_parameters()] == [(3, 8), (8, 3)]  # V [r, C], U [C, r]
+    torch.testing.assert_close(head(features), features + features @ v.T @ u.T)
+    optimiser = torch.optim.SGD(head.parameters(), lr=0.1)
+    for _ in range(2):  # U moves first (V's gradient is U^T g = 0), then V
+        optimiser.zero_grad()
+        CircleLoss(m=0.4, gamma=8.0)(head(features), labels).backward()
+        optimiser.step()
+    assert u.abs().sum() > 0 and v.grad is not None and v.grad.abs().sum() > 0
+    torch.testing.assert_close(head(features), features + features @ v.T @ u.T)
+
+
 def test_linear_head_projects_to_embedding_dim() -> None:
     head = FeatureHead(8, embedding_dim=3, kind="linear")
     assert head(torch.randn(4, 8)).shape == (4, 3)
@@ -64,6 +80,12 @@ def test_head_errors_give_the_value_and_the_fix() -> None:
         FeatureHead(8, embedding_dim=4)
     with pytest.raises(ValueError, match="in_features must be a positive int, got 0"):
         FeatureHead(0)
+    with pytest.raises(ValueError, match="a linear head has no rank"):
+        FeatureHead(8, embedding_dim=3, kind="linear", rank=2)
+    with pytest.raises(ValueError, match="rank must be a positive int, got 0"):
+        FeatureHead(8, rank=0)
+    with pytest.raises(ValueError, match=r"rank must be below in_features=8.*got 8"):
+        FeatureHead(8, rank=8)
     with pytest.raises(ValueError, match=r"expects features \[B, 8\], got shape \(2, 3, 4, 4\)"):
         FeatureHead(8)(torch.rand(2, 3, 4, 4))
 
