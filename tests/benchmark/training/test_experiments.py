@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from benchmark.training.cli import CircleBenchCLI
+from benchmark.tuning.groups import suite_groups
 from datamodules.catalog import DATASETS as DATASETS_BY_NAME
 from losses.external import pml_installed
 
@@ -250,3 +251,18 @@ def test_an_unset_data_seed_follows_the_run_seed_and_a_set_one_stays() -> None:
     assert config.data.init_args.images.init_args.seed == 7
     plain = str(EXPERIMENTS / "synthetic" / "fine_grained" / "circle.yaml")
     assert parse("--config", plain, "--seed_everything=2").data.init_args.seed == 2
+
+
+@pytest.mark.parametrize("suite", ["quick", "ci"])
+def test_the_cpu_suites_run_every_loss_as_tuned_for_its_current_config(suite: str) -> None:
+    """A tuned cell is skipped when its setting was found for another config, overrides or
+    budget: a change to the quick or ci suite must come with its losses re-tuned."""
+    root = EXPERIMENTS.parent
+    untuned = {
+        f"{group.name}/{config.stem}": reason
+        for group in suite_groups(suite, root)
+        if group.tuning is not None
+        for config in group.configs
+        if (reason := group.untuned(config, root)) is not None
+    }
+    assert not untuned
