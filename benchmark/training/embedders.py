@@ -339,7 +339,7 @@ class FeatureHead(EmbedderBase):
             )
         if rank is not None:
             if kind != "residual":
-                raise ValueError(f"rank factors a residual head's W; a {kind} head has no rank")
+                raise ValueError(f"rank factors a residual head's W; kind={kind!r} has none")
             _check_dim("rank", rank)
             if rank >= in_features:
                 raise ValueError(

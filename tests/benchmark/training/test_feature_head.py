@@ -80,7 +80,7 @@ def test_head_errors_give_the_value_and_the_fix() -> None:
         FeatureHead(8, embedding_dim=4)
     with pytest.raises(ValueError, match="in_features must be a positive int, got 0"):
         FeatureHead(0)
-    with pytest.raises(ValueError, match="a linear head has no rank"):
+    with pytest.raises(ValueError, match="residual head's W; kind='linear' has none"):
         FeatureHead(8, embedding_dim=3, kind="linear", rank=2)
     with pytest.raises(ValueError, match="rank must be a positive int, got 0"):
         FeatureHead(8, rank=0)
