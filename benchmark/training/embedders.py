@@ -346,16 +346,15 @@ class FeatureHead(EmbedderBase):
                     f"rank must be below in_features={in_features} (a full W), got {rank}; "
                     "use rank=None for the full W"
                 )
-        self.in_features, self.embedding_dim, self.kind, self.rank = in_features, dim, kind, rank
+        self.in_features, self.embedding_dim, self.kind = in_features, dim, kind
         self.linear: nn.Linear | None = None
         self.down: nn.Linear | None = None  # V of W = U V; U is then `linear`
         if kind == "linear":
             self.linear = nn.Linear(in_features, dim)
         elif kind == "residual":
-            width = in_features if rank is None else rank
             if rank is not None:
                 self.down = nn.Linear(in_features, rank, bias=False)
-            self.linear = nn.Linear(width, in_features, bias=False)
+            self.linear = nn.Linear(rank or in_features, in_features, bias=False)
             nn.init.zeros_(self.linear.weight)  # identity at the start: the zero-shot feature
 
     def forward(self, features: Tensor) -> Tensor:
@@ -383,7 +382,7 @@ class FeatureHead(EmbedderBase):
         return (p for p in self.parameters() if p.requires_grad)
 
     def extra_repr(self) -> str:
-        rank = "" if self.rank is None else f", rank={self.rank}"
+        rank = "" if self.down is None else f", rank={self.down.out_features}"
         return (
             f"in_features={self.in_features}, embedding_dim={self.embedding_dim}, "
             f"kind={self.kind!r}{rank}"
