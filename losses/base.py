@@ -42,6 +42,8 @@ class MetricLoss(nn.Module, ABC):
     paradigm: ClassVar[Paradigm]
     # {"sp_mean", "sn_mean", "active_fraction"}, 0-dim, detached; a dict, or `LazyStats`
     last_stats: Mapping[str, Tensor]
+    # the attributes `extra_repr` shows as `name=value`: the hyper-parameters
+    repr_fields: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self) -> None:
         super().__init__()
@@ -55,6 +57,9 @@ class MetricLoss(nn.Module, ABC):
     def name(self) -> str:
         """What results rows, run folders and W&B call this loss: its class name."""
         return type(self).__name__
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{name}={getattr(self, name)!r}" for name in self.repr_fields)
 
     def check_batch(self, embeddings: Tensor, labels: Tensor) -> None:
         """ValueError naming this loss unless embeddings [B, D] are finite, B >= 1, labels [B]."""
@@ -97,6 +102,8 @@ class PairSimilarityLoss(MetricLoss):
     """Shell of Circle and unified loss: a source, (m, gamma), the mean over active anchors
     (with a positive and a negative; none gives 0) of the staticmethod `per_anchor_loss`."""
 
+    repr_fields = ("m", "gamma")
+
     def __init__(
         self, m: float = 0.25, gamma: float = 256.0, source: SimilaritySource | None = None
     ) -> None:
@@ -129,6 +136,3 @@ class PairSimilarityLoss(MetricLoss):
         active = pos_mask.any(1) & neg_mask.any(1)  # [B]
         self.last_stats = pair_stats(sim, pos_mask, neg_mask, active)
         return per_anchor.sum() / active.sum().clamp_min(1)
-
-    def extra_repr(self) -> str:
-        return f"m={self.m}, gamma={self.gamma}"

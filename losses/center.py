@@ -25,6 +25,7 @@ class CenterLoss(MetricLoss):
     """
 
     paradigm: ClassVar[Paradigm] = "class-level"
+    repr_fields = ("lambda_", "alpha")
     centers: Tensor  # [C, D] buffer
 
     def __init__(
@@ -63,6 +64,3 @@ class CenterLoss(MetricLoss):
         step = torch.zeros_like(self.centers).index_add_(0, labels, diff.to(self.centers.dtype))
         counts = torch.bincount(labels, minlength=self.centers.shape[0])  # [C]
         self.centers += self.alpha * step / (1 + counts)[:, None]
-
-    def extra_repr(self) -> str:
-        return f"lambda_={self.lambda_}, alpha={self.alpha}"

@@ -14,25 +14,20 @@ argument, each softmax over its group's logits; on CPU float tensors a compiled 
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from contextlib import AbstractContextManager
-from types import ModuleType
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from losses.base import PairSimilarityLoss
-from losses.similarity import masked_logsumexp
+from losses.similarity import compute_dtype, masked_logsumexp
 
 
 def circle_loss(
     sim: Tensor, pos_mask: Tensor, neg_mask: Tensor, *, m: float, gamma: float
 ) -> Tensor:
     """Eq. 6 per anchor [B] from sim [B, N] and bool masks [B, N]; 0 if no s_p or no s_n."""
-    sim = sim.to(torch.promote_types(sim.dtype, torch.float32))  # fp16 overflows at γ=256
+    sim = sim.to(compute_dtype(sim))  # fp16 overflows at γ=256
     alpha_p = (1 + m - sim).clamp_min(0).detach()  # Eq. 5
     alpha_n = (sim + m).clamp_min(0).detach()
     logit_p = -gamma * alpha_p * (sim - (1 - m))  # Δ_p = 1 - m
@@ -41,13 +36,18 @@ def circle_loss(
     return F.softplus(masked_logsumexp(logit_n, neg_mask) + masked_logsumexp(logit_p, pos_mask))
 
 
-@functools.cache
-def _compiled() -> tuple[ModuleType, Callable[[], AbstractContextManager[None]]]:
-    """The numba kernels and thread matcher, imported at the first compiled call, not at import."""
+def _run_compiled(kernel: str, sim: Tensor, *args: Tensor | float) -> bool | None:
+    """`losses._circle_cpu.<kernel>` (imported at the first call, not at import) on numpy views
+    of the tensors, which it writes in place, with numba's threads matched to torch's. The
+    floats come as numpy scalars of `sim`'s dtype, so the passes' arithmetic stays in it (a
+    Python float would promote float32 to float64 in numba)."""
     from core.threads import like_torch
     from losses import _circle_cpu
 
-    return _circle_cpu, like_torch
+    dtype = np.float32 if sim.dtype == torch.float32 else np.float64
+    arrays = [a.detach().numpy() if isinstance(a, Tensor) else dtype(a) for a in (sim, *args)]
+    with like_torch():
+        return getattr(_circle_cpu, kernel)(*arrays)
 
 
 def _group_exp(logits: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -71,16 +71,11 @@ class _CircleLossFunction(torch.autograd.Function):
     def forward(ctx, sim, alpha, pos_mask, neg_mask, m: float, gamma: float):  # type: ignore[override]
         ctx.gamma, ctx.m = gamma, m
         if alpha is None and _CircleLossFunction.compiles(sim, pos_mask, neg_mask):
-            one = _numpy_one(sim)
             exps = torch.empty_like(sim)  # [B, N]
             sums_p, sums_n, z = (sim.new_empty(sim.shape[0]) for _ in range(3))
-            kernels, like_torch = _compiled()
-            with like_torch():
-                disjoint = kernels.forward(
-                    sim.detach().numpy(), pos_mask.numpy(), neg_mask.numpy(), one * (1 - m),
-                    one * (1 + m), one * m, one * gamma, exps.numpy(), sums_p.numpy(),
-                    sums_n.numpy(), z.numpy(),
-                )  # fmt: skip
+            disjoint = _run_compiled(
+                "forward", sim, pos_mask, neg_mask, 1 - m, 1 + m, m, gamma, exps, sums_p, sums_n, z
+            )
             if disjoint:
                 ctx.compiled = True
                 ctx.save_for_backward(sim, pos_mask, neg_mask, exps, sums_p, sums_n, z)
@@ -104,16 +99,11 @@ class _CircleLossFunction(torch.autograd.Function):
             sim, pos_mask, neg_mask, exps, sum_p, sum_n, z = ctx.saved_tensors
             coef = grad * torch.sigmoid(z) * ctx.gamma  # [B]
             coef_p, coef_n = -coef / sum_p.clamp_min(1), coef / sum_n.clamp_min(1)
-            one = _numpy_one(sim)
             grad_sim = torch.empty_like(sim)
-            kernels, like_torch = _compiled()
-            with like_torch():
-                kernels.backward(
-                    sim.detach().numpy(), pos_mask.numpy(), neg_mask.numpy(), one * (1 + ctx.m),
-                    one * ctx.m,
-                    exps.numpy(), coef_p.contiguous().numpy(), coef_n.contiguous().numpy(),
-                    grad_sim.numpy(),
-                )  # fmt: skip
+            _run_compiled(
+                "backward", sim, pos_mask, neg_mask, 1 + ctx.m, ctx.m, exps, coef_p.contiguous(),
+                coef_n.contiguous(), grad_sim,
+            )  # fmt: skip
             return grad_sim, None, None, None, None, None
         exp_p, exp_n, sum_p, sum_n, alpha, z = ctx.saved_tensors
         coef = grad * torch.sigmoid(z) * ctx.gamma  # [B]
@@ -138,12 +128,6 @@ class _CircleLossFunction(torch.autograd.Function):
         )
 
 
-def _numpy_one(sim: Tensor) -> np.ndarray:
-    """1 as a numpy scalar of `sim`'s dtype: the compiled passes' constants are multiples of
-    it, so their arithmetic stays in that dtype (a Python float would promote float32)."""
-    return np.ones((), dtype=np.float32 if sim.dtype == torch.float32 else np.float64)
-
-
 def circle_weights(sim: Tensor, pos_mask: Tensor, *, m: float) -> Tensor:
     """Self-paced weights of Eq. 5 [B, N]: α_p = [1 + m - s]₊ on positives, α_n = [s + m]₊ else."""
     with torch.no_grad():
@@ -154,7 +138,7 @@ def fast_circle_loss(
     sim: Tensor, pos_mask: Tensor, neg_mask: Tensor, *, m: float, gamma: float
 ) -> Tensor:
     """`circle_loss`'s values [B], with the closed-form backward (and the compiled CPU pass)."""
-    sim = sim.to(torch.promote_types(sim.dtype, torch.float32))  # fp16 overflows at γ=256
+    sim = sim.to(compute_dtype(sim))  # fp16 overflows at γ=256
     return _CircleLossFunction.apply(sim, None, pos_mask, neg_mask, m, gamma)
 
 

@@ -29,6 +29,7 @@ class ContrastiveLoss(MetricLoss):
     """Contrastive loss: mean positive hinge + mean negative hinge (cosine similarities)."""
 
     paradigm: ClassVar[Paradigm] = "pair-wise"
+    repr_fields = ("pos_margin", "neg_margin")
 
     def __init__(self, pos_margin: float = 1.0, neg_margin: float = 0.5) -> None:
         super().__init__()
@@ -51,6 +52,3 @@ class ContrastiveLoss(MetricLoss):
         pos_sum = torch.where(pos_mask, pair_loss, 0.0).sum()
         neg_sum = torch.where(neg_mask, pair_loss, 0.0).sum()
         return pos_sum / pos_mask.sum().clamp_min(1) + neg_sum / neg_mask.sum().clamp_min(1)
-
-    def extra_repr(self) -> str:
-        return f"pos_margin={self.pos_margin}, neg_margin={self.neg_margin}"

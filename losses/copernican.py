@@ -51,11 +51,6 @@ def copernican_similarities(
     return 1 - 0.5 * (x - planets).square().sum(1), 1 - 0.5 * (x - sun[None]).square().sum(1)
 
 
-def copernican_loss(s_planet: Tensor, s_sun: Tensor, *, beta: float) -> Tensor:
-    """Per-sample Copernican term of Eq. 1 [B]: planet 1 - s_planet plus sun [s_sun - β]₊."""
-    return (1 - s_planet) + F.relu(s_sun - beta)
-
-
 class CopernicanLoss(MetricLoss):
     """Softmax cross-entropy plus λ times the mean planet and sun terms of Eq. 1.
 
@@ -67,6 +62,7 @@ class CopernicanLoss(MetricLoss):
     """
 
     paradigm: ClassVar[Paradigm] = "class-level"
+    repr_fields = ("lambda_", "beta", "alpha", "variant")
     planets: Tensor  # [C, D] buffer
 
     def __init__(
@@ -114,7 +110,8 @@ class CopernicanLoss(MetricLoss):
             sun = x.detach().mean(0)  # [D]
             planets = self.planets[labels].to(x.dtype)  # [B, D]
             s_planet, s_sun = copernican_similarities(x, planets, sun, variant=self.variant)
-            copernican = copernican_loss(s_planet, s_sun, beta=self.beta).mean()
+            # Eq. 1 per sample: planet 1 - s_planet plus sun [s_sun - β]₊
+            copernican = ((1 - s_planet) + F.relu(s_sun - self.beta)).mean()
         if self.training:
             self._update_planets(x.detach(), labels)
         return softmax + self.lambda_ * copernican
@@ -125,9 +122,3 @@ class CopernicanLoss(MetricLoss):
         counts = torch.bincount(labels, minlength=self.planets.shape[0]).clamp_min(1)  # [C]
         sums = torch.zeros_like(self.planets).index_add_(0, labels, x.to(self.planets.dtype))
         self.planets += self.alpha * sums / counts[:, None]
-
-    def extra_repr(self) -> str:
-        return (
-            f"lambda_={self.lambda_}, beta={self.beta}, alpha={self.alpha}, "
-            f"variant={self.variant!r}"
-        )

@@ -50,6 +50,8 @@ class ExternalLoss(MetricLoss):
             module has trainable parameters (proxies, a classifier), else "pair-wise".
     """
 
+    repr_fields = ("paradigm",)
+
     def __init__(self, loss: nn.Module, paradigm: Paradigm | None = None) -> None:
         super().__init__()
         if isinstance(loss, MetricLoss):
@@ -121,6 +123,3 @@ class ExternalLoss(MetricLoss):
                 "torch.no_grad()); return a tensor computed from the embeddings, e.g. "
                 "`embeddings.sum() * 0` for a batch it cannot use"
             )
-
-    def extra_repr(self) -> str:
-        return f"paradigm={self._paradigm!r}"

@@ -37,6 +37,7 @@ class LiftedStructureLoss(MetricLoss):
     """Lifted structured loss over the positive pairs of a batch (pair-wise labels)."""
 
     paradigm: ClassVar[Paradigm] = "pair-wise"
+    repr_fields = ("margin",)
 
     def __init__(self, margin: float = 1.0) -> None:
         super().__init__()
@@ -55,6 +56,3 @@ class LiftedStructureLoss(MetricLoss):
         self.last_stats = pair_stats(sim, pos_mask, neg_mask, (pair_loss.detach() > 0)[pos_mask])
         # pos_mask holds each unordered pair twice, so Σ_P / (2|P|) = Σ_ordered / (2 · #ordered)
         return pair_loss.sum() / (2 * num_pos.clamp_min(1))
-
-    def extra_repr(self) -> str:
-        return f"margin={self.margin}"

@@ -52,6 +52,7 @@ class MultiSimilarityLoss(MetricLoss):
     """Multi-similarity loss; defaults are the paper's (α=2, β=50, λ=`base`=0.5, ε=0.1)."""
 
     paradigm: ClassVar[Paradigm] = "pair-wise"
+    repr_fields = ("alpha", "beta", "base", "epsilon")
 
     def __init__(
         self, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5, epsilon: float = 0.1
@@ -79,16 +80,8 @@ class MultiSimilarityLoss(MetricLoss):
         self.check_batch(embeddings, labels)
         sim, pos_mask, neg_mask = self.source(embeddings, labels)
         per_anchor = multi_similarity_loss(
-            sim,
-            pos_mask,
-            neg_mask,
-            alpha=self.alpha,
-            beta=self.beta,
-            base=self.base,
+            sim, pos_mask, neg_mask, alpha=self.alpha, beta=self.beta, base=self.base,
             epsilon=self.epsilon,
-        )
+        )  # fmt: skip
         self.last_stats = pair_stats(sim, pos_mask, neg_mask, per_anchor.detach() > 0)
         return per_anchor.mean()
-
-    def extra_repr(self) -> str:
-        return f"alpha={self.alpha}, beta={self.beta}, base={self.base}, epsilon={self.epsilon}"

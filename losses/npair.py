@@ -33,6 +33,7 @@ class NPairLoss(MetricLoss):
     """N-pair loss over every ordered positive pair of a P-K batch, plus Sohn's L2 penalty."""
 
     paradigm: ClassVar[Paradigm] = "pair-wise"
+    repr_fields = ("l2_reg",)
 
     def __init__(self, l2_reg: float = 0.002) -> None:
         super().__init__()
@@ -51,6 +52,3 @@ class NPairLoss(MetricLoss):
         self.last_stats = pair_stats(sim, pos_mask, neg_mask, active[pos_mask])
         norms = embeddings.to(compute_dtype(embeddings)).square().sum(1)  # [B]
         return pair_loss.sum() / active.sum().clamp_min(1) + self.l2_reg * norms.mean()
-
-    def extra_repr(self) -> str:
-        return f"l2_reg={self.l2_reg}"

@@ -115,17 +115,18 @@ class _ProxyCrossEntropy(MetricLoss):
 class NormFaceLoss(_ProxyCrossEntropy):
     """Cross-entropy over `scale`·cos(x, w_c) (Wang et al., 2017)."""
 
+    repr_fields = ("scale",)
+
     def __init__(self, num_classes: int, embedding_dim: int, scale: float = 16.0) -> None:
         _check_scale_margin(type(self).__name__, scale, 0.0, 1.0, "NormFace uses about 16")
         super().__init__(num_classes, embedding_dim, scale)
         self.scale = scale
 
-    def extra_repr(self) -> str:
-        return f"scale={self.scale}"
-
 
 class CosFaceLoss(_ProxyCrossEntropy):
     """CosFace / AM-Softmax: cross-entropy over s·(cos θ_c - m·[c = y]) (additive cosine margin)."""
+
+    repr_fields = ("m", "s")
 
     def __init__(
         self, num_classes: int, embedding_dim: int, m: float = 0.35, s: float = 30.0
@@ -138,9 +139,6 @@ class CosFaceLoss(_ProxyCrossEntropy):
         # m as a Python float keeps sim's dtype: m * pos_mask would be a float32 tensor (0.35 ->
         # 0.3499999940) and shift fp64 logits by the rounded margin
         return torch.where(pos_mask, sim - self.m, sim)
-
-    def extra_repr(self) -> str:
-        return f"m={self.m}, s={self.s}"
 
 
 AMSoftmaxLoss = CosFaceLoss

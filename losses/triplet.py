@@ -82,6 +82,7 @@ class TripletLoss(MetricLoss):
     """
 
     paradigm: ClassVar[Paradigm] = "pair-wise"
+    repr_fields = ("margin", "soft_margin", "mining")
 
     def __init__(
         self, margin: float = 0.2, soft_margin: bool = False, mining: Mining = "batch_hard"
@@ -108,6 +109,3 @@ class TripletLoss(MetricLoss):
         )  # fmt: skip
         self.last_stats = pair_stats(sim, pos_mask, neg_mask, sums.detach() > 0)
         return sums.sum() / counts.sum().clamp_min(1)
-
-    def extra_repr(self) -> str:
-        return f"margin={self.margin}, soft_margin={self.soft_margin}, mining={self.mining!r}"

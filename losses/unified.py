@@ -10,19 +10,18 @@ with pair-wise labels L_uni / γ tends to the batch-hard triplet loss [max s_n -
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from losses.base import PairSimilarityLoss
-from losses.similarity import masked_logsumexp
+from losses.similarity import compute_dtype, masked_logsumexp
 
 
 def unified_loss(
     sim: Tensor, pos_mask: Tensor, neg_mask: Tensor, *, m: float, gamma: float
 ) -> Tensor:
     """Per-anchor unified loss [B] (Eq. 1); 0 for anchors without a positive or a negative."""
-    sim = sim.to(torch.promote_types(sim.dtype, torch.float32))
+    sim = sim.to(compute_dtype(sim))
     lse_n = masked_logsumexp(gamma * (sim + m), neg_mask)  # [B]
     lse_p = masked_logsumexp(-gamma * sim, pos_mask)
     return F.softplus(lse_n + lse_p)
