@@ -41,6 +41,10 @@ from benchmark.evaluation import choice as _choice
 from benchmark.evaluation.arithmetic import ARITHMETICS, ENV_VAR, requested
 from benchmark.evaluation.faiss_blocks import faiss_has_gpu, gpu_resources, import_faiss
 
+COLD_TARGET = 1.3  # issue 38: the first evaluation after an install within 1.3x of a warm one
+AUTO_TARGET = 1.1  # issue 38: auto within 1.1x of the fastest named arithmetic
+RERANK_TARGET_GB = 3.0  # issue 14: Market-1501 re-ranked on a CPU within 3 GB
+
 
 def baseline(
     case: Case, data: dict, n_queries: int, chunk: int = 512, device: str = "cpu"
@@ -158,9 +162,6 @@ def first_seconds(case: Case, path: str, device: str) -> float:
     return time.perf_counter() - start
 
 
-COLD_TARGET = 1.3  # issue 38: the first evaluation after an install within 1.3x of a warm one
-
-
 def run_case(
     case: Case,
     repeat: int,
@@ -195,11 +196,10 @@ def run_case(
         shown = "  ".join(f"{k} {v:.4f}" for k, v in result.items())
         print(f"{peer:24s} {seconds:8.2f} s  {_memory(mem, gpu_mem, device)}  {shown}")
     n_b = min(case.n_query, baseline_queries)
-    start = time.perf_counter()
-    (base_result, base_mem), base_gpu = gpu_peak(
-        lambda: peak_rss_increase(lambda: baseline(case, data, n_b, device=device)), device
+    base_result, base_time, base_mem, base_gpu = _timed(
+        lambda: baseline(case, data, n_b, device=device), 1, device
     )
-    base_time = (time.perf_counter() - start) * case.n_query / n_b
+    base_time *= case.n_query / n_b
     scaled = "" if n_b == case.n_query else f" (measured on {n_b:,} queries, scaled)"
     print(f"{'baseline (full sort)':24s} {base_time:8.2f} s  "
           f"{_memory(base_mem, base_gpu, device)}{scaled}  "
@@ -224,9 +224,6 @@ def run_case(
             verdicts.append(f"cold <= {COLD_TARGET}x warm: {'met' if ok else 'MISSED'}")
         print(" " * 25 + "target: " + "; ".join(verdicts))
         print(" " * 25 + "  ".join(f"{k} {v:.4f}" for k, v in result.items()))
-
-
-AUTO_TARGET = 1.1  # issue 38: auto within 1.1x of the fastest named arithmetic
 
 
 def _verdict(
@@ -254,9 +251,6 @@ def _verdict(
     return f"{what}: {'met' if ok else 'MISSED'}"
 
 
-RERANK_MEMORY_TARGET_GB = 3.0  # issue 14: Market-1501 re-ranked on a CPU within 3 GB
-
-
 def run_rerank(case: Case) -> None:
     """Time k-reciprocal re-ranking (one run: it costs several plain evaluations) beside the plain
     exact evaluation of the same data, and report its peak memory against the 3 GB target."""
@@ -266,24 +260,18 @@ def run_rerank(case: Case) -> None:
     kwargs = make_data(case)
     metrics = (*case.metrics, "mINP")
     ev = RetrievalEvaluator(case.protocol, case.ks, metrics, rerank="k-reciprocal")  # type: ignore[arg-type]
-    start = time.perf_counter()
-    result, mem = peak_rss_increase(lambda: ev.evaluate(**kwargs))
-    seconds = time.perf_counter() - start
+    result, seconds, mem, _ = _timed(lambda: ev.evaluate(**kwargs), 1)
     process_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
     # The plain evaluation after it: its freed arrays would otherwise hide the peak.
     plain = RetrievalEvaluator(case.protocol, case.ks, metrics, backend="torch")  # type: ignore[arg-type]
-    start = time.perf_counter()
-    plain.evaluate(**kwargs)
-    plain_s = time.perf_counter() - start
-    target = RERANK_MEMORY_TARGET_GB
-    verdict = "met" if process_peak / 2**30 <= target else "MISSED"
+    plain_s = median_seconds(lambda: plain.evaluate(**kwargs), warmup=0, repeat=1)
+    verdict = "met" if process_peak / 2**30 <= RERANK_TARGET_GB else "MISSED"
     print(f"rerank     {seconds:8.2f} s  peak +{mem / 2**30:5.2f} GiB  x{seconds / plain_s:.1f} "
           f"the plain {plain.last_backend} ({plain_s:.2f} s); process peak RSS "
-          f"{process_peak / 2**30:.2f} GiB, target {target:g} GB: {verdict}")  # fmt: skip
+          f"{process_peak / 2**30:.2f} GiB, target {RERANK_TARGET_GB:g} GB: {verdict}")  # fmt: skip
     scores = "  ".join(f"{k} {v:.4f}" for k, v in result.items())
     method = ev.last_report.rerank if ev.last_report is not None else ""
-    print(f"           {method}, CPU {torch.backends.cpu.get_cpu_capability()}: "
-          f"{scores}")  # fmt: skip
+    print(f"           {method}, CPU {torch.backends.cpu.get_cpu_capability()}: {scores}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -291,12 +279,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--case", choices=list(CASES), action="append",
                         help=f"default: {', '.join(REAL_SIZES)} (the real datasets' sizes); "
                         "the others stress the shortlist (bench/eval_data.py)")  # fmt: skip
-    parser.add_argument(
-        "--repeat",
-        type=int,
-        default=3,
-        help="runs per path; above 1, the median of all but the first",
-    )
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs per path; above 1, the median of all but the first")  # fmt: skip
     parser.add_argument("--baseline-queries", type=int, default=4096,
                         help="queries the baseline runs on before its time is scaled")  # fmt: skip
     parser.add_argument("--path", action="append", choices=["faiss", *ARITHMETICS],

@@ -149,16 +149,12 @@ class Runner:
         # every worker busy several times over, so that start-up and the batches still in
         # flight at the end weigh little
         batches = max(_LOADER_BATCHES, 4 * self.args.workers)
-        data: RetrievalDataModule = SyntheticDataModule(  # rendered as it is read
-            p=held.p, k=held.k, image_size=held.image_size, num_workers=self.args.workers,
-            batches_per_epoch=batches,
-        )  # fmt: skip
+        loader = {"p": held.p, "k": held.k, "image_size": held.image_size,
+                  "num_workers": self.args.workers, "batches_per_epoch": batches}  # fmt: skip
+        data: RetrievalDataModule = SyntheticDataModule(**loader)  # rendered as it is read
         if step.data == "jpeg":
             root = write_jpeg_folder(Path(self._tmp.name) / "jpeg", classes=32, per_class=20)
-            data = CUB200DataModule(
-                root, train_classes=31, p=held.p, k=held.k, image_size=held.image_size,
-                num_workers=self.args.workers, batches_per_epoch=batches,
-            )  # fmt: skip
+            data = CUB200DataModule(root, train_classes=31, **loader)
         data.setup("fit")
         return Result(step, steady_images_per_second(self._pinned(data.train_dataloader())))
 
