@@ -2,16 +2,11 @@
 
 A plain PyTorch loop over one batch of random images held on the device (no loader, no
 Lightning): forward, a 512-D projection, Circle loss (in float32, as in training), backward and
-an AdamW step; then `torch.no_grad` extraction of the same batch. It measures what the device itself
-does with each backbone: the figure that turns a suite's images into GPU-hours (`--csv` appends
-the rows, with their device, torch version and date, to a file such as `results/throughput.csv`).
-
-Backbones are built without weights (`timm.create_model(name, pretrained=False)`, our
-BN-Inception): the speed of a network does not depend on its weights. Token backbones (timm's
-ViT family) are built as the embedder builds them (`benchmark.training.tokens`): any image size,
-padded to the patch grid, so a DINOv2 ViT-S/14 sees 16 x 16 patches at 224 px and 5 x 5 at 64.
-On a CPU, `--threads` sets torch's intra-op threads and `--precision 32-true` avoids bf16
-emulation on CPUs without bf16 instructions.
+an AdamW step; then `torch.no_grad` extraction of the same batch: the figure that turns a suite's
+images into GPU-hours (`--csv` appends the rows to a file such as `results/throughput.csv`).
+Backbones are built without weights (speed does not depend on them), token backbones as the
+embedder builds them (`benchmark.training.tokens`: any image size, padded to the patch grid).
+On a CPU, `--threads` sets torch's threads and `--precision 32-true` avoids bf16 emulation.
 """
 
 from __future__ import annotations

@@ -2,15 +2,10 @@
 
 Part of `python -m benchmark.bench train` (`--cells N`, 0 to skip). Each track runs N seeds of
 its quick-suite Circle config as leaderboard cells, one after another with 1 thread each, in a
-fresh temporary folder and feature cache:
-* `frozen`: the first cell finds the cache empty and builds it (its time is reported apart,
-  with what the cache computed); the others should only read it (the hit rate says so).
-  They run with the fork-server runner (the leaderboard's default) and again with a fresh
-  interpreter per cell (`--isolation subprocess`), the baseline the ratio is taken against.
-* `end-to-end`: the same cells of the end-to-end CPU config, fork-server runner only (a cell
-  trains longer; the runner saves it the same imports as above).
-A suite with `--jobs N` runs N cells at once: on N idle cores, up to N times the cells per minute.
-Measured: docs/benchmarks/training.md#cells-per-minute-and-the-feature-cache.
+fresh temporary folder and feature cache. In `frozen` the first cell builds the cache (reported
+apart) and the others should only read it (the hit rate); they run with the fork-server runner
+and, as the baseline, a fresh interpreter per cell (`--isolation subprocess`). `end-to-end`
+runs the fork-server runner only. Measured: docs/benchmarks/training.md.
 """
 
 from __future__ import annotations

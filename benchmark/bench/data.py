@@ -1,16 +1,11 @@
 """Training-loader throughput: synthetic and JPEG folders vs torchvision ImageFolder, 0/2 workers.
 
-`python -m benchmark.bench data [--classes 32] [--per-class 20] [--batches 5] [--repeat 3]`
-
-The JPEG folder is written to a temporary directory in the CUB-200-2011 layout (400×300
-photos-like JPEGs, quality 90), read by `CUB200DataModule` through its P-K loader, and the
-same files are read by a plain `torchvision.datasets.ImageFolder` with the same transform
-(`fine_grained_transform(224, train=True)`) and shuffled batches of the same size. Images/s
-counts images delivered by the loader, medians over `--repeat` passes of `--batches` batches.
-
-`--threads` sets torch's intra-op threads of the main process (DataLoader workers always use
-one). It defaults to 1 because per-image transforms gain nothing from more threads, and on a
-loaded machine the threads wait on each other (measured: docs/benchmarks/data.md).
+A temporary CUB-200-2011 folder of 400×300 JPEGs is read by `CUB200DataModule` (P-K loader)
+and by a plain `torchvision.datasets.ImageFolder` with the same transform and shuffled batches
+of the same size; images/s are medians over `--repeat` passes of `--batches` batches.
+`--threads` (the main process's torch threads; workers use one) defaults to 1: per-image
+transforms gain nothing from more, and on a loaded machine threads wait on each other
+(docs/benchmarks/data.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`python -m benchmark.bench eval [--case C] [--device D] [--repeat N] [--cold] [--rerank]`.
+"""Retrieval evaluation time and peak memory: RetrievalEvaluator vs a full sort, and peers.
 
 Times RetrievalEvaluator on clustered random embeddings of the real datasets' sizes, for every
 backend available here, next to a plain baseline: float32 similarity rows, a full descending

@@ -1,8 +1,5 @@
 """`python -m benchmark.bench gpu`: what one CUDA machine does with a paper config, in one run.
 
-`python -m benchmark.bench gpu [--config experiments/cub200/circle.yaml] [--steps 200]
-[--warmup 20] [--workers N] [--case sop --case msmt17] [--skip train|loaders|eval]`
-
 Three sections, each next to a baseline measured in the same run:
 
 * train: the config's `MetricLearningModule` fitted by a Lightning Trainer (what `circlebench

@@ -218,7 +218,7 @@ def interleaved_medians(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = bench_parser("losses")
+    parser = bench_parser("losses", __doc__)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCHES))
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--only", default="", help="run the cases whose name contains this")

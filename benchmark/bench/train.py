@@ -1,8 +1,5 @@
 """Training throughput: the full `circlebench fit` pipeline vs a bare PyTorch loop, same run.
 
-`python -m benchmark.bench train [--config experiments/synthetic/fine_grained/circle.yaml]
-[--device auto|cpu|cuda] [--steps 8] [--warmup 2] [--cells 3]`
-
 Three figures in images/s, for the same embedder, loss, optimiser and P-K batches:
 * `lightning`: `Trainer.fit` of `MetricLearningModule` on the config's DataModule (data loading,
   logging every step, everything `circlebench fit` does but checkpoints and evaluation);
