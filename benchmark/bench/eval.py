@@ -123,6 +123,9 @@ def faiss_top_k(case: Case, data: dict, device: str = "cpu") -> dict[str, float]
     return {f"R@{kk}": float(hits[:, :kk].any(1).float().mean()) for kk in case.ks}
 
 
+PEERS = {"pml": pml_peer, "faiss-top-k": faiss_top_k}  # `--peer`: each returns its metrics
+
+
 def _timed(fn, repeat: int, device: str = "cpu") -> tuple[dict, float, int, int]:
     """(result, seconds, peak host bytes, peak GPU bytes): the first run gives memory; seconds
     are its time, or with repeat > 1 the median of repeat - 1 more runs."""
@@ -157,9 +160,7 @@ def cold_seconds(case: Case, path: str, device: str) -> float:
 def first_seconds(case: Case, path: str, device: str) -> float:
     """Seconds of one evaluation of `case` by `path` (the data made first, untimed)."""
     data, ev = make_data(case), evaluator(case, path, device)
-    start = time.perf_counter()
-    ev.evaluate(**data)
-    return time.perf_counter() - start
+    return median_seconds(lambda: ev.evaluate(**data), warmup=0, repeat=1)
 
 
 def run_case(
@@ -184,7 +185,7 @@ def run_case(
         measured.append((label, seconds, _memory(mem, gpu_mem, device), mem, result, first))
     peer_times = {}
     for peer in peers:
-        fn = {"pml": pml_peer, "faiss-top-k": faiss_top_k}[peer]
+        fn = PEERS[peer]
         try:
             result, seconds, mem, gpu_mem = _timed(
                 lambda fn=fn: fn(case, data, device), repeat, device
@@ -286,7 +287,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--path", action="append", choices=["faiss", *ARITHMETICS],
                         help="our evaluator's paths: faiss, or torch in an arithmetic "
                         "(default: auto, then every named arithmetic, then faiss)")  # fmt: skip
-    parser.add_argument("--peer", action="append", choices=["pml", "faiss-top-k"],
+    parser.add_argument("--peer", action="append", choices=list(PEERS),
                         help="peers timed in the same run (default: both)")  # fmt: skip
     parser.add_argument("--subset", type=float, default=1.0,
                         help="scale item and class counts by this fraction")  # fmt: skip
@@ -311,7 +312,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{'yes' if native else 'no'}){engine}"
           f"{f'; but {ENV_VAR}={env}' if env != 'auto' else ''}")  # fmt: skip
     paths = args.path or [*ARITHMETICS, "faiss"]  # auto first, then every named arithmetic
-    peers = args.peer or ["pml", "faiss-top-k"]
+    peers = args.peer or list(PEERS)
     for name in args.case or REAL_SIZES:
         case = scaled_case(CASES[name], args.subset)
         run_case(case, args.repeat, args.baseline_queries, paths, peers, device.type, args.cold)
