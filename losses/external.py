@@ -26,14 +26,10 @@ def pml_installed() -> bool:
     return True
 
 
-def _metric_loss_names() -> set[str]:
-    """Class names of every `MetricLoss` defined so far (ours and any user subclass)."""
-    found, todo = set(), list(MetricLoss.__subclasses__())
-    while todo:
-        cls = todo.pop()
-        found.add(cls.__name__)
-        todo += cls.__subclasses__()
-    return found
+def _metric_loss_names(cls: type = MetricLoss) -> set[str]:
+    """Class names of every subclass of `cls` defined so far (ours and any user subclass)."""
+    subclasses: list[type] = cls.__subclasses__()
+    return {sub.__name__ for sub in subclasses}.union(*map(_metric_loss_names, subclasses))
 
 
 class ExternalLoss(MetricLoss):
