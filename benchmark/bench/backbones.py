@@ -14,14 +14,12 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from benchmark.bench.timing import bench_parser
+from benchmark.bench.timing import bench_parser, images_per_s
 from losses import CircleLoss
 
 DEFAULT_BACKBONES = (
@@ -56,17 +54,6 @@ class _Pooled(nn.Module):
         return self.backbone.forward_features(x).mean(dim=(2, 3))  # type: ignore[operator]
 
 
-def images_per_s(step: Callable[[], object], batch: int, steps: int, warmup: int, sync) -> float:
-    for _ in range(warmup):
-        step()
-    sync()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync()
-    return batch * steps / (time.perf_counter() - start)
-
-
 def measure(name: str, args: argparse.Namespace, device: torch.device) -> dict[str, object]:
     """One backbone's training and extraction rates on `device`: a row of the `--csv` table."""
     torch.manual_seed(0)
@@ -85,21 +72,24 @@ def measure(name: str, args: argparse.Namespace, device: torch.device) -> dict[s
     def autocast():
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
 
-    def train_step() -> None:
+    def train_step() -> int:
         optimiser.zero_grad(set_to_none=True)
         with autocast():
             embeddings = head(backbone(images))
         loss(embeddings.float(), labels).backward()
         optimiser.step()
+        return args.batch
 
-    def extract_step() -> None:
+    def extract_step() -> int:
         with torch.no_grad(), autocast():
             head(backbone(images))
+        return args.batch
 
+    calls = range(args.warmup + args.steps)
     backbone.train()
-    train = images_per_s(train_step, args.batch, args.steps, args.warmup, sync)
+    train = images_per_s((train_step() for _ in calls), args.warmup, sync)
     backbone.eval()
-    extract = images_per_s(extract_step, args.batch, args.steps, args.warmup, sync)
+    extract = images_per_s((extract_step() for _ in calls), args.warmup, sync)
     return {
         "backbone": name,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

@@ -20,7 +20,7 @@ from benchmark.bench.data import write_jpeg_folder
 from benchmark.bench.eval import faiss_top_k
 from benchmark.bench.eval_data import CASES, evaluator, make_data, scaled_case
 from benchmark.bench.gpu_steps import Result, Step
-from benchmark.bench.timing import gpu_peak, median_seconds
+from benchmark.bench.timing import gpu_peak, images_per_s, median_seconds
 from benchmark.bench.train import bare_images_per_s, configured, lightning_images_per_s
 from benchmark.evaluation import RetrievalEvaluator
 from benchmark.training.module import MetricLearningModule
@@ -28,17 +28,6 @@ from datamodules import CUB200DataModule, SyntheticDataModule
 from datamodules.base import RetrievalDataModule, Split
 
 _LOADER_BATCHES = 20  # the fewest batches in a timed pass of a loader
-
-
-def steady_images_per_second(loader: DataLoader) -> float:
-    """Images/s of one pass over `loader` after its first batch: the workers' start-up (and
-    the first batch's wait) stay out of it, as they do out of a long training epoch."""
-    batches = iter(loader)
-    next(batches)
-    start, images = time.perf_counter(), 0
-    for batch in batches:
-        images += len(batch[0])
-    return images / (time.perf_counter() - start)
 
 
 class PreRenderedDataModule(SyntheticDataModule):
@@ -149,14 +138,17 @@ class Runner:
         # every worker busy several times over, so that start-up and the batches still in
         # flight at the end weigh little
         batches = max(_LOADER_BATCHES, 4 * self.args.workers)
-        loader = {"p": held.p, "k": held.k, "image_size": held.image_size,
-                  "num_workers": self.args.workers, "batches_per_epoch": batches}  # fmt: skip
-        data: RetrievalDataModule = SyntheticDataModule(**loader)  # rendered as it is read
+        settings = {"p": held.p, "k": held.k, "image_size": held.image_size,
+                    "num_workers": self.args.workers, "batches_per_epoch": batches}  # fmt: skip
+        data: RetrievalDataModule = SyntheticDataModule(**settings)  # rendered as it is read
         if step.data == "jpeg":
             root = write_jpeg_folder(Path(self._tmp.name) / "jpeg", classes=32, per_class=20)
-            data = CUB200DataModule(root, train_classes=31, **loader)
+            data = CUB200DataModule(root, train_classes=31, **settings)
         data.setup("fit")
-        return Result(step, steady_images_per_second(self._pinned(data.train_dataloader())))
+        # One pass after its first batch: the workers' start-up (and the first batch's wait)
+        # stay out of it, as they do out of a long training epoch.
+        loader = self._pinned(data.train_dataloader())
+        return Result(step, images_per_s((len(batch[0]) for batch in loader), warmup=1))
 
     # ---- evaluation --------------------------------------------------------------------------
     def _case(self, name: str) -> tuple[dict[str, Any], dict[str, float]]:

@@ -6,7 +6,8 @@ import argparse
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from itertools import islice
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from benchmark.evaluation.arithmetic import cpu_field, cpu_flags
@@ -44,6 +45,21 @@ def median_seconds(fn: Callable[[], object], *, warmup: int = 3, repeat: int = 1
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def images_per_s(
+    steps: Iterable[int], warmup: int, sync: Callable[[], object] = lambda: None
+) -> float:
+    """Images per second of the steps after the first `warmup`: `steps` runs them as it is
+    iterated, each yielding its image count; `sync()` waits for the device before each clock."""
+    steps = iter(steps)
+    for _ in islice(steps, warmup):
+        pass
+    sync()
+    start = time.perf_counter()
+    images = sum(steps)
+    sync()
+    return images / (time.perf_counter() - start)
 
 
 def _rss_bytes() -> int:

@@ -20,14 +20,14 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from itertools import repeat
+from itertools import islice, repeat
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
 
 from benchmark.bench import cells
-from benchmark.bench.timing import bench_parser, machine, parsed_device
+from benchmark.bench.timing import bench_parser, images_per_s, machine, parsed_device
 from benchmark.training.cli import CircleBenchCLI
 from benchmark.training.embedders import Embedder
 from core.devices import float32_modes, precision_label
@@ -69,13 +69,15 @@ def lightning_images_per_s(module, datamodule, steps: int, warmup: int, **traine
 
 
 def bare_images_per_s(embedder, loss, batches, steps: int, warmup: int, *, autocast=None) -> float:
-    """Plain loop: forward, loss in fp32, backward, AdamW step; `batches` yields (x, y, cam)."""
+    """Plain loop: forward, loss in fp32, backward, AdamW step, each step timed to its end;
+    `batches` yields (x, y, cam), and the loop stops early where they run out."""
     device = next(embedder.parameters()).device
     params = [*embedder.parameters(), *loss.parameters()]
     optimizer = torch.optim.AdamW(params, lr=1e-4)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     embedder.train()
-    images, seconds, start = 0, 0.0, time.perf_counter()
-    for step, (x, y, _) in zip(range(steps + warmup), batches, strict=False):
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> int:
         x, y = x.to(device, non_blocking=True), y.to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast is not None):
             embeddings = embedder(x)
@@ -83,13 +85,11 @@ def bare_images_per_s(embedder, loss, batches, steps: int, warmup: int, *, autoc
         optimizer.zero_grad(set_to_none=True)
         value.backward()
         optimizer.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        now = time.perf_counter()
-        if step >= warmup:
-            images, seconds = images + len(y), seconds + now - start
-        start = now
-    return images / seconds
+        sync()
+        return len(y)
+
+    trained = (step(x, y) for x, y, _ in islice(batches, warmup + steps))
+    return images_per_s(trained, warmup, sync)
 
 
 def configured(config: Path, root: str) -> CircleBenchCLI:
