@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import threading
 import time
@@ -64,8 +65,6 @@ def images_per_s(
 
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as f:
-        import os
-
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
