@@ -212,3 +212,21 @@ def test_label_error_names_the_loss_the_user_built(name: str, pk_batch) -> None:
     match = rf"^{name}: labels must lie in \[0, {C}\), got min 0 and max {C + 2}"
     with pytest.raises(ValueError, match=match):
         FACTORIES[name]()(embeddings, labels)
+
+
+@pytest.mark.parametrize("name", sorted(FACTORIES))
+def test_the_repr_shows_constructor_arguments(name: str) -> None:
+    """`extra_repr` prints the `repr_fields`, which the constructor takes by those names
+    (ArcFace writes its own, to give m in radians)."""
+    loss = FACTORIES[name]()
+    assert set(loss.repr_fields) <= set(inspect.signature(type(loss)).parameters)
+    shown = ", ".join(f"{field}={getattr(loss, field)!r}" for field in loss.repr_fields)
+    assert loss.extra_repr() == shown or isinstance(loss, ArcFaceLoss)
+
+
+def test_the_repr_lists_the_hyper_parameters() -> None:
+    triplet = TripletLoss(margin=0.3, soft_margin=True, mining="all")
+    assert triplet.extra_repr() == "margin=0.3, soft_margin=True, mining='all'"
+    copernican = CopernicanLoss(C, D, lambda_=1.0, beta=-0.5)
+    assert copernican.extra_repr() == "lambda_=1.0, beta=-0.5, alpha=0.05, variant='cosine'"
+    assert ArcFaceLoss(C, D).extra_repr() == "m=0.5 rad, s=64.0"
