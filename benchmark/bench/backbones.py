@@ -17,7 +17,7 @@ import datetime
 from pathlib import Path
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from benchmark.bench.timing import bench_parser, images_per_s
 from losses import CircleLoss
@@ -36,22 +36,12 @@ def build(name: str) -> nn.Module:
     if name == "bninception":
         from benchmark.training.bninception import BNInception
 
-        return _Pooled(BNInception())
+        return BNInception(num_classes=0)
     import timm
 
     from benchmark.training.tokens import token_backbone_kwargs
 
     return timm.create_model(name, pretrained=False, num_classes=0, **token_backbone_kwargs(name))
-
-
-class _Pooled(nn.Module):
-    def __init__(self, backbone: nn.Module) -> None:
-        super().__init__()
-        self.backbone = backbone
-        self.num_features = backbone.num_features
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.backbone.forward_features(x).mean(dim=(2, 3))  # type: ignore[operator]
 
 
 def measure(name: str, args: argparse.Namespace, device: torch.device) -> dict[str, object]:
