@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import warnings
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from pathlib import Path
 from typing import Any
 
+import simplejpeg
 from PIL import Image, ImageFile
 from rich.console import Console
 from rich.table import Table
@@ -64,7 +63,7 @@ def _dataset(name: str) -> Any:
         raise SystemExit(f"circlebench data: {error.args[0]}") from None
 
 
-def _list(console: Console) -> None:
+def _list(console: Console, args: argparse.Namespace) -> None:
     table = Table(title="datasets (the synthetic default needs no files)")
     for column in ("name", "protocol", "Recall@K", "train", "query", "gallery"):
         table.add_column(column, no_wrap=True)
@@ -81,7 +80,8 @@ def _list(console: Console) -> None:
     console.print("train / query / gallery: images / classes under the official split")
 
 
-def _info(console: Console, name: str) -> None:
+def _info(console: Console, args: argparse.Namespace) -> None:
+    name = args.dataset
     cls = _dataset(name)
     info = cls.info
     console.print(f"[bold]{info.title}[/bold]  ({name}, class_path datamodules.{cls.__name__})")
@@ -94,20 +94,7 @@ def _info(console: Console, name: str) -> None:
         console.print(f"direct download: circlebench data download {name} --root DIR")
 
 
-def _strict_jpeg() -> Callable[[bytes], object] | None:
-    """libjpeg-turbo's decoder with its warnings raised (simplejpeg), or None if not installed.
-
-    Pillow silences libjpeg's warnings, so a JPEG whose scan data is garbled ("Corrupt JPEG
-    data: premature end of data segment") decodes to noise without a word.
-    """
-    try:
-        import simplejpeg
-    except ImportError:
-        return None
-    return partial(simplejpeg.decode_jpeg, strict=True, min_factor=8)
-
-
-def _unreadable(path: str, strict_jpeg: Callable[[bytes], object] | None) -> str:
+def _unreadable(path: str) -> str:
     """'' if the image decodes completely and cleanly, else why not.
 
     Run under `_check_files`, where Python warnings are errors and truncation is never loaded.
@@ -119,8 +106,8 @@ def _unreadable(path: str, strict_jpeg: Callable[[bytes], object] | None) -> str
             image.draft("RGB", (max(1, image.width // 8), max(1, image.height // 8)))
             image.load()
             jpeg = image.format in ("JPEG", "MPO")
-        if jpeg and strict_jpeg is not None:
-            strict_jpeg(Path(path).read_bytes())  # ValueError on any libjpeg warning
+        if jpeg:  # Pillow silences libjpeg's warnings: garbled scan data decodes to noise
+            simplejpeg.decode_jpeg(Path(path).read_bytes(), strict=True, min_factor=8)
     except FileNotFoundError:
         return "missing"
     except Exception as error:  # any decoder failure (OSError, SyntaxError, ...) is the finding
@@ -133,14 +120,13 @@ def _check_files(split: Split, decode: bool) -> tuple[list[str], list[str]]:
     paths = [str(p) for p in split.items]
     if not decode:
         return [p for p in paths if not Path(p).is_file()], []
-    strict_jpeg = _strict_jpeg()
     truncated = ImageFile.LOAD_TRUNCATED_IMAGES  # some libraries set it; verify never pads
     with warnings.catch_warnings(), ThreadPoolExecutor() as pool:  # PIL decodes without the GIL
         warnings.simplefilter("error")  # a decoder's warning (corrupt EXIF, MPO, ...) is a finding
         warnings.simplefilter("default", DeprecationWarning)
         ImageFile.LOAD_TRUNCATED_IMAGES = False
         try:
-            reasons = list(pool.map(partial(_unreadable, strict_jpeg=strict_jpeg), paths))
+            reasons = list(pool.map(_unreadable, paths))
         finally:
             ImageFile.LOAD_TRUNCATED_IMAGES = truncated
     missing = [p for p, why in zip(paths, reasons, strict=True) if why == "missing"]
@@ -189,11 +175,6 @@ def _verify(console: Console, args: argparse.Namespace) -> None:
     console.print(table)
     if not official:
         console.print("no official counts for this class split: sizes not compared")
-    if not args.no_decode and _strict_jpeg() is None:
-        console.print(
-            "note: simplejpeg is not installed, so JPEGs with garbled scan data (which Pillow "
-            "decodes to noise without a warning) were not looked for: pip install simplejpeg"
-        )
     for line in listed[:SHOWN]:
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
     if len(listed) > SHOWN:
@@ -229,11 +210,5 @@ def main(argv: list[str] | None = None) -> None:
     """Run one `circlebench data` command; failures exit non-zero with the reason on stderr."""
     args = _parser().parse_args(argv)
     console = Console(width=max(Console().width, 110))  # tables are unreadable folded at 80
-    if args.command == "list":
-        _list(console)
-    elif args.command == "info":
-        _info(console, args.dataset)
-    elif args.command == "verify":
-        _verify(console, args)
-    else:
-        _download(console, args)
+    commands = {"list": _list, "info": _info, "verify": _verify, "download": _download}
+    commands[args.command](console, args)
