@@ -1,12 +1,10 @@
 """One trial of a study: its setting trained on each class-disjoint fold, and an epoch chosen.
 
-Fold f of a trial is `circlebench fit` of the experiment config with the trial's overrides and
-`folds=K, fold=f` on its image DataModule (`datamodules.splits.fold_split`: the test split is
-never built), trained up to the budget's epoch cap with a validation pass after every epoch;
-no test, no checkpoint, no W&B. Each fold runs in a process forked from the fork
-server, with its own log. The trial's curve is the mean over folds of the validation metric
-after each epoch; its value is the curve's best point, and that epoch is the setting's
-`max_epochs` (epoch selection on validation, as Musgrave et al. stop early on it).
+Fold f is `circlebench fit` of the experiment config with the trial's overrides and `folds=K,
+fold=f` on its image DataModule (the test split is never built), up to the budget's epoch cap
+with a validation pass after every epoch (no test, checkpoint or W&B), in a process forked from
+the fork server. The trial's value is the best point of the mean validation curve over folds,
+and that epoch is the setting's `max_epochs` (as Musgrave et al. stop early on validation).
 """
 
 from __future__ import annotations
@@ -38,8 +36,9 @@ def run_trial(
 ) -> float:
     """Train and validate the trial's setting on every fold; its value (mean over folds at
     the chosen epoch). Raises optuna.TrialPruned when the pruner stops it, FoldFailedError
-    when a fold fails."""
-    values = experiment.space.suggest(trial)
+    when a fold fails. The trial was asked with every distribution of the space
+    (`study.Proposer`), so its params are the setting."""
+    values = trial.params
     folder = work / f"trial{trial.number:04d}"
     start = time.perf_counter()
     curves: list[list[float]] = []
@@ -48,12 +47,11 @@ def run_trial(
         if fold == 0:
             trial.set_user_attr("command", "circlebench " + " ".join(args))
         curves.append(run_fold(args, folder / f"fold{fold}.log", budget, run_forked, threads))
+        trial.set_user_attr("fold_curves", [[round(v, 4) for v in c] for c in curves])
         trial.report(max(curves[-1]), fold)  # a fold's best: pruning sees finished folds only
         if budget.pruner == "wilcoxon" and trial.should_prune():
-            trial.set_user_attr("fold_curves", _rounded(curves))
             raise optuna.TrialPruned(f"pruned after fold {fold}")
     epoch, value = choose_epoch(curves)
-    trial.set_user_attr("fold_curves", _rounded(curves))
     trial.set_user_attr("best_epoch", epoch)
     trial.set_user_attr("fold_values", [round(c[epoch - 1], 4) for c in curves])
     trial.set_user_attr("seconds", round(time.perf_counter() - start, 1))
@@ -128,7 +126,3 @@ def last_error(log: Path) -> str:
     lines = [x.strip() for x in log.read_text(errors="replace").splitlines() if x.strip()]
     errors = [x for x in lines if "Error: " in x or x.startswith(("Error", "RuntimeError"))]
     return (errors or lines or ["the fold's process wrote nothing"])[-1][:500]
-
-
-def _rounded(curves: list[list[float]]) -> list[list[float]]:
-    return [[round(v, 4) for v in c] for c in curves]

@@ -1,19 +1,10 @@
 """Search spaces: `experiments/spaces/<loss>.yaml`, one per loss, over `training.yaml`'s knobs.
 
-A loss's space names its own hyper-parameters (constructor arguments of its loss, as config
-paths under `model.loss.init_args`) with their ranges, and which shared training knobs it uses:
-
-```yaml
-loss: losses.CircleLoss            # the class the experiment config must use
-params:                            # each a float range, `log: true` for a log scale,
-  m: {low: 0.05, high: 0.6}        # `int: true` for integers, or `choices: [...]`
-  gamma: {low: 8.0, high: 512.0, log: true}
-training: [head_lr, weight_decay]  # knobs of experiments/spaces/training.yaml
-```
-
-A nested argument is a dotted path below `model.loss.init_args` (`source.init_args.scale`,
-`loss.init_args.margin` for a wrapped pytorch-metric-learning loss); its Optuna name is the
-last part. `training.yaml` gives each shared knob one range for every loss.
+A space names the `loss:` class the experiment config must use, its `params:` (constructor
+arguments of the loss, dotted paths below `model.loss.init_args` whose last part is the Optuna
+name, each `{low, high}` with `log: true` or `int: true`, or `{choices: [...]}`), and the shared
+`training:` knobs it uses, which `training.yaml` gives one range for every loss. An example:
+docs/guides/tuning.md#search-spaces.
 """
 
 from __future__ import annotations
@@ -22,8 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import optuna
 import yaml
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 
 from benchmark.errors import read_yaml
 
@@ -39,17 +35,7 @@ class Parameter:
 
     name: str
     path: str  # e.g. "model.loss.init_args.gamma"
-    distribution: optuna.distributions.BaseDistribution
-
-    def suggest(self, trial: optuna.Trial) -> Any:
-        """The trial's value of this parameter (drawn by the sampler, or enqueued)."""
-        d = self.distribution
-        if isinstance(d, optuna.distributions.CategoricalDistribution):
-            return trial.suggest_categorical(self.name, d.choices)
-        if isinstance(d, optuna.distributions.IntDistribution):
-            return trial.suggest_int(self.name, d.low, d.high, log=d.log)
-        assert isinstance(d, optuna.distributions.FloatDistribution)  # _parameter builds these
-        return trial.suggest_float(self.name, d.low, d.high, log=d.log)
+    distribution: BaseDistribution
 
     def override(self, value: Any) -> str:
         """`--path=value` for the `circlebench fit` command line."""
@@ -66,11 +52,7 @@ class SearchSpace:
     loss: str
     parameters: tuple[Parameter, ...]
 
-    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
-        """Values for `trial`, by parameter name."""
-        return {p.name: p.suggest(trial) for p in self.parameters}
-
-    def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
+    def distributions(self) -> dict[str, BaseDistribution]:
         """Each parameter's distribution by name, in order: what a trial is asked with."""
         return {p.name: p.distribution for p in self.parameters}
 
@@ -149,9 +131,9 @@ def _parameter(name: str, path: str, rng: object, where: str) -> Parameter:
         raise ValueError(
             f"{where}: expected {{low, high[, log][, int]}} or {{choices: [...]}}, got {rng!r}"
         )
-    distribution: optuna.distributions.BaseDistribution
+    distribution: BaseDistribution
     if "choices" in rng:
-        distribution = optuna.distributions.CategoricalDistribution(rng["choices"])
+        distribution = CategoricalDistribution(rng["choices"])
     else:
         low, high = rng.get("low"), rng.get("high")
         if not isinstance(low, int | float) or not isinstance(high, int | float) or low >= high:
@@ -160,9 +142,9 @@ def _parameter(name: str, path: str, rng: object, where: str) -> Parameter:
             raise ValueError(f"{where}: a log range needs low > 0, got {low}")
         log = bool(rng.get("log", False))
         distribution = (
-            optuna.distributions.IntDistribution(int(low), int(high), log=log)
+            IntDistribution(int(low), int(high), log=log)
             if rng.get("int")
-            else optuna.distributions.FloatDistribution(float(low), float(high), log=log)
+            else FloatDistribution(float(low), float(high), log=log)
         )
     return Parameter(name, path, distribution)
 
@@ -234,16 +216,13 @@ def _derive(args: dict, prefix: str, params: dict[str, dict[str, Any]]) -> bool:
     return has_classes
 
 
-_NUMERIC = (optuna.distributions.FloatDistribution, optuna.distributions.IntDistribution)
-
-
 def describe(space: SearchSpace) -> str:
     """One line per parameter: `name  [low, high] (log)` or its choices, for the terminal."""
     out = []
     for p in space.parameters:
         d = p.distribution
-        if isinstance(d, optuna.distributions.CategoricalDistribution):
+        if isinstance(d, CategoricalDistribution):
             out.append(f"  {p.name}: one of {list(d.choices)}")
-        elif isinstance(d, _NUMERIC):
+        elif isinstance(d, FloatDistribution | IntDistribution):
             out.append(f"  {p.name}: [{d.low:g}, {d.high:g}]{' log' if d.log else ''}  ({p.path})")
     return "\n".join(out)

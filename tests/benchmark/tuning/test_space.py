@@ -149,8 +149,7 @@ def test_a_space_reads_ranges_choices_and_shared_knobs(tmp_path: Path) -> None:
         f"--{LOSS_ARGS}.source.init_args.k=2",
         "--model.head_lr=0.001",
     ]
-    trial = optuna.create_study().ask()
-    values = space.suggest(trial)
+    values = optuna.create_study().ask(space.distributions()).params
     assert 0.1 <= values["margin"] <= 0.5 and values["k"] in range(1, 5)
 
 
