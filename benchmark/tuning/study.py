@@ -20,7 +20,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,21 +53,6 @@ def open_storage(url: str) -> BaseStorage:
     path = Path(url)
     path.parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(str(path)))
-
-
-@dataclass(frozen=True)
-class Worker:
-    """Who runs a trial: written into it so that other workers can tell whether it is alive."""
-
-    host: str
-    pid: int
-
-    @staticmethod
-    def here() -> Worker:
-        return Worker(socket.gethostname(), os.getpid())
-
-    def attrs(self) -> dict[str, object]:
-        return {"worker_host": self.host, "worker_pid": self.pid, "heartbeat": time.time()}
 
 
 def create_study(name: str, storage: BaseStorage, budget: Budget) -> optuna.Study:
@@ -111,10 +95,7 @@ def stream_seed(seed: int, started: int, worker: int) -> int:
     return int(np.random.SeedSequence([seed % 2**32, started, worker]).generate_state(1)[0])
 
 
-Setting = tuple[tuple[str, Any], ...]
-
-
-def setting(trial: FrozenTrial | optuna.Trial) -> Setting:
+def setting(trial: FrozenTrial | optuna.Trial) -> tuple[tuple[str, Any], ...]:
     """What a trial tries: its values by name, in a comparable form."""
     return tuple(sorted(trial.params.items()))
 
@@ -187,8 +168,12 @@ LOCK_GRACE_S = 30
 def budget_lock(storage_url: str) -> Iterator[None]:
     """Held while a worker counts trials and asks for one: Optuna's symlink lock beside a
     journal file, which works across hosts on a shared file system. A lock left by a killed
-    worker is broken after `LOCK_GRACE_S`, dated by the file it points to, which must exist."""
-    path = storage_url if "://" not in storage_url else _rdb_lock_path(storage_url)
+    worker is broken after `LOCK_GRACE_S`, dated by the file it points to, which must exist.
+    An RDB study's lock is in the working folder: one host's workers coordinate."""
+    path = storage_url
+    if "://" in storage_url:
+        Path(".circlebench-tune-locks").mkdir(exist_ok=True)
+        path = ".circlebench-tune-locks/" + storage_url.replace("/", "_").replace(":", "_")
     Path(f"{path}.budget").touch()
     lock = JournalFileSymlinkLock(f"{path}.budget", grace_period=LOCK_GRACE_S)
     lock.acquire()
@@ -198,21 +183,14 @@ def budget_lock(storage_url: str) -> Iterator[None]:
         lock.release()
 
 
-def _rdb_lock_path(url: str) -> str:
-    """A lock file for an RDB study: in the working folder (one host's workers coordinate)."""
-    folder = Path(".circlebench-tune-locks")
-    folder.mkdir(exist_ok=True)
-    return str(folder / url.replace("/", "_").replace(":", "_"))
-
-
-def recover_stale(study: optuna.Study, me: Worker, now: float | None = None) -> list[int]:
+def recover_stale(study: optuna.Study, now: float | None = None) -> list[int]:
     """Fail the RUNNING trials whose worker is dead and enqueue their settings again, marked
     `retry_of` with the reason (a retry interrupted in turn is not retried: it counts as a
     failure, so a setting that kills its worker cannot stall the study); their numbers."""
     now = time.time() if now is None else now
     recovered = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        why = _dead_worker(trial, me, now)
+        why = _dead_worker(trial, now)
         if why is None:
             continue
         study.tell(trial.number, state=TrialState.FAIL)
@@ -225,12 +203,13 @@ def recover_stale(study: optuna.Study, me: Worker, now: float | None = None) -> 
     return recovered
 
 
-def _dead_worker(trial: FrozenTrial, me: Worker, now: float) -> str | None:
-    """Why `trial`'s worker is dead, or None when it may be alive."""
+def _dead_worker(trial: FrozenTrial, now: float) -> str | None:
+    """Why `trial`'s worker (named in it by `work`) is dead, or None when it may be alive."""
     host, pid = trial.user_attrs.get("worker_host"), trial.user_attrs.get("worker_pid")
     started = trial.datetime_start.timestamp() if trial.datetime_start else now
     beat = float(trial.user_attrs.get("heartbeat", started))
-    if host == me.host and isinstance(pid, int) and pid != me.pid and not _alive(pid):
+    another_here = host == socket.gethostname() and pid != os.getpid()
+    if another_here and isinstance(pid, int) and not _alive(pid):
         return f"interrupted: worker {host}:{pid} is gone (killed, or its machine stopped)"
     # `work` names itself in a trial under the budget lock, right after asking for it: a trial
     # still unnamed once such a lock would be broken was asked by a worker killed in between.
@@ -301,15 +280,15 @@ def work(
     """Run trials of `study` until it has `proposer.budget.trials` distinct settings (the loop
     in the module docstring). Once `stop` is set (Ctrl-C), a trial ending in an error is left
     RUNNING: its folds were killed, and a later `tune` recovers it as interrupted."""
-    me = Worker.here()
     while not stop.is_set():
         with budget_lock(storage_url):
-            recover_stale(study, me)
+            recover_stale(study)
             if counted(study) >= proposer.budget.trials:
                 return
             trial = proposer.ask(study)
-            for key, value in me.attrs().items():
-                trial.set_user_attr(key, value)
+            trial.set_user_attr("worker_host", socket.gethostname())
+            trial.set_user_attr("worker_pid", os.getpid())
+            trial.set_user_attr("heartbeat", time.time())
         heartbeat.add(trial)
         try:
             value = objective(trial)

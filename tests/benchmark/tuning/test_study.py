@@ -30,7 +30,6 @@ from benchmark.tuning.study import (
     STALE_S,
     Heartbeat,
     Proposer,
-    Worker,
     counted,
     create_study,
     enqueue_default,
@@ -173,11 +172,11 @@ def test_a_killed_workers_trial_is_rerun_and_not_counted(tmp_path: Path) -> None
 def test_a_setting_that_kills_its_worker_twice_counts_as_failed(tmp_path: Path) -> None:
     storage = str(tmp_path / "study.journal")
     first = _killed_trial(tmp_path, storage)
-    recover_stale(_study(storage), Worker.here())  # enqueues the retry
+    recover_stale(_study(storage))  # enqueues the retry
     second = _killed_trial(tmp_path, storage)  # the retry is asked first, and dies too
     study = _study(storage)
     assert study.trials[second].user_attrs[RETRY_OF] == first
-    recover_stale(study, Worker.here())
+    recover_stale(study)
     trials = _study(storage).trials
     assert trials[second].state == TrialState.FAIL
     assert not [t for t in trials if t.user_attrs.get(RETRY_OF) == second]  # no third try
@@ -191,8 +190,8 @@ def test_a_worker_elsewhere_is_stale_only_after_its_heartbeat_stops(tmp_path: Pa
     now = time.time()
     for key, value in {"worker_host": "node7", "worker_pid": 4242, "heartbeat": now}.items():
         trial.set_user_attr(key, value)
-    assert recover_stale(study, Worker.here(), now=now + STALE_S - 1) == []
-    assert recover_stale(study, Worker.here(), now=now + STALE_S + 1) == [trial.number]
+    assert recover_stale(study, now=now + STALE_S - 1) == []
+    assert recover_stale(study, now=now + STALE_S + 1) == [trial.number]
     (retry,) = [t for t in study.get_trials() if t.state == TrialState.WAITING]
     assert "no heartbeat from worker node7:4242" in retry.user_attrs[INTERRUPTED]
 
@@ -205,8 +204,8 @@ def test_a_trial_whose_worker_died_before_naming_itself_is_rerun(tmp_path: Path)
     _value(trial)
     assert trial.datetime_start is not None
     started = trial.datetime_start.timestamp()
-    assert recover_stale(study, Worker.here(), now=started + LOCK_GRACE_S - 1) == []
-    assert recover_stale(study, Worker.here(), now=started + LOCK_GRACE_S + 1) == [trial.number]
+    assert recover_stale(study, now=started + LOCK_GRACE_S - 1) == []
+    assert recover_stale(study, now=started + LOCK_GRACE_S + 1) == [trial.number]
     (retry,) = [t for t in study.get_trials() if t.state == TrialState.WAITING]
     assert retry.user_attrs[RETRY_OF] == trial.number
     assert "died while asking for it" in retry.user_attrs[INTERRUPTED]
