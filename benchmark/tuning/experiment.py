@@ -23,28 +23,20 @@ Pruner = Literal["none", "wilcoxon"]
 class Budget:
     """What every loss of a group gets: the same trials, folds, epoch cap, metric and sampler.
 
-    Args:
-        trials: distinct settings per study that finished (complete, pruned or failed); a
-            trial interrupted by a dead worker is run again and not counted, a proposal that
-            repeats a setting is redrawn (`study.Proposer`).
-        folds: class-disjoint folds of the training classes (each trial trains K times).
-        max_epochs: epoch cap of every fold; the epoch is chosen on validation below it.
-        metric: the validation metric maximised, as the evaluator names it (`MAP@R`).
-        pruner: "none", or "wilcoxon" (Optuna's WilcoxonPruner over the fold scores).
-        sampler_seed: seed of the TPE sampler.
-        startup_trials: random trials before TPE models the results (the default setting,
-            tried first, is one of them).
-        seed: `seed_everything` of every fold run.
+    `trials` counts distinct settings that finished (complete, pruned or failed): a trial
+    interrupted by a dead worker is run again and not counted, a proposal that repeats a
+    setting is redrawn (`study.Proposer`). The default setting, tried first, is one of the
+    `startup_trials`.
     """
 
     trials: int = 30
-    folds: int = 3
-    max_epochs: int = 12  # the suites' synthetic groups' cap: a shorter one biased the ranking
-    metric: str = "MAP@R"
-    pruner: Pruner = "none"
-    sampler_seed: int = 0
-    startup_trials: int = 10
-    seed: int = 0
+    folds: int = 3  # class-disjoint folds of the training classes: each trial trains K times
+    max_epochs: int = 12  # the cap of every fold; a shorter one biased the synthetic ranking
+    metric: str = "MAP@R"  # maximised on validation, as the evaluator names it
+    pruner: Pruner = "none"  # or "wilcoxon": Optuna's WilcoxonPruner over the fold scores
+    sampler_seed: int = 0  # of the TPE sampler
+    startup_trials: int = 10  # random trials before TPE models the results
+    seed: int = 0  # `seed_everything` of every fold run
 
     def __post_init__(self) -> None:
         for name in ("trials", "folds", "max_epochs", "startup_trials"):
@@ -73,21 +65,18 @@ class Budget:
 class Experiment:
     """What a study tunes: a config, the overrides that place it in its group, its space.
 
-    Args:
-        defaults: the values the config itself gives the searched parameters: the loss's
-            default setting, which its study tries first.
-        datamodule: config path prefix of the image DataModule's arguments, which take the
-            fold (`data.init_args.` or, for cached features, `data.init_args.images.init_args.`).
-        class_counts: config paths of the loss's `num_classes` and the training class count
-            they hold; a fold trains on fewer classes, so they are overridden per fold.
+    `datamodule` is the config path prefix of the image DataModule's arguments, which take the
+    fold (`data.init_args.`, or `data.init_args.images.init_args.` for cached features);
+    `class_counts` the paths of the loss's `num_classes` and the training class count each
+    holds, overridden per fold, which trains on fewer classes.
     """
 
     config: Path
     overrides: tuple[str, ...]
     space: SearchSpace
     datamodule: str
-    class_counts: tuple[tuple[str, int], ...] = ()
-    defaults: dict[str, Any] | None = None  # the config's own values of the space
+    class_counts: tuple[tuple[str, int], ...]
+    defaults: dict[str, Any]  # the config's own values of the space: tried first
 
     def fold_args(
         self, values: dict[str, Any], budget: Budget, fold: int, run_root: Path

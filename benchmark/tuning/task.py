@@ -47,7 +47,6 @@ class Task:
         """`experiment()` and `open_study()`, with the loss's default setting enqueued as the
         study's first trial (once per study), announced: what comes before any worker runs."""
         experiment, study = self.experiment(), self.open_study()
-        assert experiment.defaults is not None  # parse_experiment reads them
         enqueue_default(study, self.storage, experiment.defaults)
         console.print(f"[bold]{self.study}[/]: {self.budget.describe()}; storage {self.storage}")
         if self.derived:
