@@ -1,19 +1,11 @@
 """`circlebench tune`: tune a loss with an equal budget on class-disjoint folds, resumably.
 
-Two ways to name what is tuned:
-
-- `circlebench tune --config CONFIG [--trials N] [--folds K] [--epochs E] [-- FIT_OVERRIDES]`:
-  one experiment config; the study `<config stem>` goes to `results/tuning/<stem>.journal`
-  and its tuned setting beside it;
-- `circlebench tune --suite S --group G [--loss STEM ...]`: losses of a suite group, with the
-  group's overrides and its declared budget (`tuning:` in the suite file, the same for every
-  loss); each study `<group>/<stem>` goes to `results/tuning/<group>/<stem>.journal` and its
-  tuned setting to `experiments/tuned/<group>/`, where the suite's tuned cells read it.
-
-A study resumes where it stopped (run the same command again), `--workers` run trials in
-parallel, and several `tune` processes may share one journal file. With `--launcher slurm` the
-workers are the tasks of one Slurm job array (`on_slurm`). `optuna-dashboard
-<journal>` opens it. See docs/guides/tuning.md.
+`--config CONFIG` tunes one experiment config with the budget of the flags (study `<stem>` in
+`results/tuning/<stem>.journal`, its tuned files beside it); `--suite S --group G [--loss STEM
+...]` tunes losses of a suite group with the group's overrides and `tuning:` budget (studies
+`<group>/<stem>`, tuned files in `experiments/tuned/<group>/`, where the suite's tuned cells read
+them). Running the same command again resumes a study; with `--launcher slurm` its workers are
+the tasks of one Slurm job array (`on_slurm`). See docs/guides/tuning.md.
 """
 
 from __future__ import annotations
@@ -140,13 +132,12 @@ def main(argv: list[str] | None = None) -> None:
         if task.study in short:
             continue
         if options is not None:  # the trials ran in Slurm: only the tuned files to write
-            _write(task, task.open_study(), task.experiment(), console)
+            summary = _write(task, task.open_study(), task.experiment(), console)
         else:
-            tune(task, workers=args.workers, threads=args.threads, console=console)
+            summary = tune(task, workers=args.workers, threads=args.threads, console=console)
         if not args.no_wandb:
-            summary = task.files.read_summary()
             trials = pd.read_csv(task.files.trials, keep_default_na=False)
-            why = log_history(task.study, summary or {}, trials, task.work_dir)
+            why = log_history(task.study, summary, trials, task.work_dir)
             if why is not None:
                 console.print(f"W&B: history of {task.study} not logged ({why})")
     if short:
@@ -243,7 +234,7 @@ def suite_tasks(args: argparse.Namespace, fit_overrides: list[str]) -> list[Task
 
 
 def tune(task: Task, *, workers: int, threads: int, console: Console) -> dict:
-    """Run (or resume) the study of `task` to its budget and write its tuned files."""
+    """Run (or resume) the study of `task` to its budget, write its tuned files; their summary."""
     experiment, study = task.start(console)
     stop = threading.Event()
 

@@ -1,13 +1,10 @@
-"""GPU-hours of a run and of a tuning study, before anything starts (`--plan`).
+"""GPU-hours of a run and of a tuning study, before anything starts (`--plan`): a lower bound.
 
-Cells and studies are resolved from the suite file and the configs (YAML, with the suite's
-`--key=value` overrides applied), the real datasets' official split sizes, and a table of
-measured images/s per backbone and GPU, `results/throughput.csv` (rows of `python -m
-benchmark.bench backbones --csv`; a timm weights tag reads its architecture's row). Images
-trained count at the table's training rate, images evaluated at its extraction rate, both
-scaled from the table's image size by the pixel count; on the frozen track the backbone runs
-once, to fill the feature cache (`cache_hours`). Loaders, start-up, checkpoints and the
-similarity product are not counted: the figure is a lower bound of the GPU's own time.
+From the configs (YAML, with the suite's `--key=value` overrides), the real datasets' official
+split sizes and the measured images/s of `results/throughput.csv` (rows of `python -m
+benchmark.bench backbones --csv`), scaled by pixels from the table's image size. The frozen
+track's backbone runs once, to fill the feature cache (`cache_hours`). Loaders, start-up,
+checkpoints and the similarity product are not counted.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """A study's optimisation history in W&B: one run per study, one step per finished trial.
 
-Project `circlebench-tuning`, run name the study (`<group>/<loss>`), config `circlebench`
-(group, loss, budget, space) for dashboards to filter by; per trial (step = trial number)
-`tune/value` (its mean validation score; absent for a failed or pruned trial) and `tune/best`
-(the best so far). Logged whole when a study finishes, so a resumed study's run is complete.
-Offline unless the user configured W&B (`settle_wandb_mode`, as every circlebench run); any
-W&B problem is printed and skipped: the journal and `experiments/tuned/` are the record.
+Project `circlebench-tuning`, run name the study, config `circlebench` (group, loss, study),
+`budget` and `space`; per trial (step = trial number) `tune/value` (absent for a failed or
+pruned trial) and `tune/best`. Logged whole when a study finishes. Offline unless the user
+configured W&B (`settle_wandb_mode`); a W&B problem is reported and skipped: the journal and
+`experiments/tuned/` are the record.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """`circlebench tune --launcher slurm --workers W`: W study workers per study as Slurm array tasks.
 
-Every array task runs the local workers' loop (`study.work`) on the study's storage, which must
-be on the file system the nodes share: the journal and the budget's lock beside it coordinate
-the workers across nodes. A task forks its fit runs on its node, one trial at a time. The
-submitting process creates each study (and its default trial) first, waits for the array, then
-alone writes the tuned files. A requeued worker starts again; its interrupted trial is retried
-once (`study.recover_stale`).
+Each array task runs the local workers' loop (`study.work`), one trial at a time, on the study's
+storage, which must be on the file system the nodes share: the journal and its budget lock
+coordinate the workers. The submitting process creates each study and its default trial, waits
+for the array, then alone writes the tuned files. A requeued worker starts again; its
+interrupted trial is retried once (`study.recover_stale`).
 """
 
 from __future__ import annotations
@@ -47,11 +46,6 @@ def worker(task: Task, threads: int, index: int) -> None:
     print(f"{task.study}: budget of {task.budget.trials} trials spent", flush=True)
 
 
-def worker_log(task: Task, index: int) -> Path:
-    """Where worker `index` of `task`'s study writes its output."""
-    return task.work_dir / "workers" / f"{index}.log"
-
-
 def tune_on_slurm(
     tasks: list[Task], workers: int, threads: int, options: SlurmOptions, console: Console
 ) -> dict[str, str]:
@@ -59,8 +53,8 @@ def tune_on_slurm(
     study did not reach its budget (a worker's Slurm state and log), by study name."""
     for task in tasks:  # before any job: the default setting comes first, once
         task.start(console)
-    calls = [
-        (task, worker_log(task, i), functools.partial(worker, task, threads, i))
+    calls = [  # (task, worker i's log, what it runs)
+        (task, task.work_dir / "workers" / f"{i}.log", functools.partial(worker, task, threads, i))
         for task in tasks
         for i in range(workers)
     ]

@@ -1,15 +1,10 @@
 """Tuned settings as data: a study's best setting, its summary and its trials, written to disk.
 
-For a suite group's loss they live in `experiments/tuned/<group>/`:
-
-- `<loss>.yaml`: a config fragment (the best trial's values and its chosen epoch count), which
-  a suite's tuned cell passes as a second `--config` after the experiment's own;
-- `<loss>.json`: the summary: what was tuned (config, its SHA-256 and the group's overrides:
-  a tuned cell refuses a file tuned for another recipe), the budget, trial counts, the best,
-  median and default trials' validation scores (how hard the loss was to tune);
-- `<loss>.trials.csv`: every trial that ran (number, state, value, chosen epoch, fold values,
-  parameters, seconds, error), from which boards draw the optimisation history; a redrawn
-  proposal, which never ran, is only counted in the summary.
+For a suite group's loss they live in `experiments/tuned/<group>/`: `<loss>.yaml`, a config
+fragment (the best trial's values and chosen epoch count) that a tuned cell passes as a second
+`--config`; `<loss>.json`, the summary (what was tuned for: a tuned cell refuses a file tuned
+for another recipe; the budget, trial counts, best, median and default validation scores);
+`<loss>.trials.csv`, every trial that ran, from which boards draw the optimisation history.
 """
 
 from __future__ import annotations
