@@ -118,18 +118,17 @@ def redirected_fds(target: int) -> Iterator[None]:
     descriptor level, so that C extensions and logging handlers follow)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    os.dup2(target, 1)
-    os.dup2(target, 2)
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    for fd in saved:
+        os.dup2(target, fd)
     try:
         yield
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in saved:
-            os.close(fd)
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 def terminal_console() -> Console:

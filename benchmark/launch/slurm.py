@@ -41,27 +41,18 @@ SETTLE_S = 15.0
 
 @dataclass(frozen=True)
 class SlurmOptions:
-    """What each array task (one cell, one tuning worker) asks Slurm for.
-
-    Args:
-        gpus: GPUs per node of one task (0: CPUs), each with its Slurm task (`tasks_per_node`).
-        nodes: nodes per array task (Lightning's `num_nodes`); more than 1 needs GPUs.
-        cpus: CPUs per Slurm task (`cpus-per-task`): threads plus data loader workers.
-        time_min: time limit of one attempt, in minutes.
-        max_parallel: array tasks running at once (the `%N` throttle); None: submitit's 256.
-        extra: more `#SBATCH --KEY=VALUE` lines; the value True writes a bare `--KEY`.
-        one_task: one Slurm task per job whatever its GPUs (a tuning worker forks its runs).
-    """
+    """What each array task (one cell, one tuning worker) asks Slurm for."""
 
     partition: str | None = None
-    gpus: int = 0
-    nodes: int = 1
-    cpus: int = 1
-    time_min: int = 240
-    max_parallel: int | None = None
+    gpus: int = 0  # per node of one task (0: CPUs), each with its Slurm task (`tasks_per_node`)
+    nodes: int = 1  # per array task (Lightning's `num_nodes`); more than 1 needs GPUs
+    cpus: int = 1  # per Slurm task (`cpus-per-task`): threads plus data loader workers
+    time_min: int = 240  # time limit of one attempt
+    max_parallel: int | None = None  # array tasks running at once (`%N`); None: submitit's 256
+    # more `#SBATCH --KEY=VALUE` lines; the value True writes a bare `--KEY`
     extra: dict[str, str | bool] = field(default_factory=dict)
     name: str = "circlebench"
-    one_task: bool = False
+    one_task: bool = False  # one Slurm task per job whatever its GPUs (a tuning worker forks)
 
     def __post_init__(self) -> None:
         limits: list[tuple[str, int | None, int]] = [("gpus", self.gpus, 0)]
