@@ -94,7 +94,7 @@ def load_space(file: Path) -> SearchSpace:
         _parameter(name.rsplit(".", 1)[-1], f"{LOSS_ARGS}.{name}", rng, f"{file}: params.{name}")
         for name, rng in (spec.get("params") or {}).items()
     ]
-    knobs = _training_knobs(knobs_file(file))
+    knobs = _training_knobs(file)
     for knob in spec.get("training") or []:
         if knob not in knobs:
             raise ValueError(f"{file}: training knob {knob!r} is not one of {sorted(knobs)}")
@@ -105,17 +105,14 @@ def load_space(file: Path) -> SearchSpace:
     return SearchSpace(file.stem, file, spec["loss"], tuple(params))
 
 
-def knobs_file(space: Path) -> Path:
-    """The shared knobs' file of a space: beside it (`experiments/spaces/`), else, for a space
-    written elsewhere (a derived one), the working folder's or this checkout's."""
+def _training_knobs(space: Path) -> dict[str, Parameter]:
+    """The shared knobs of a space, from the `training.yaml` beside it (`experiments/spaces/`),
+    else, for a space written elsewhere (a derived one), the working folder's or this checkout's."""
     candidates = [space.parent, SPACES_DIR, Path(__file__).resolve().parents[2] / SPACES_DIR]
     files = [folder / f"{TRAINING}.yaml" for folder in candidates]
-    return next((f for f in files if f.is_file()), files[0])
-
-
-def _training_knobs(file: Path) -> dict[str, Parameter]:
-    if not file.is_file():
-        raise FileNotFoundError(f"the shared training knobs file {file} is missing")
+    file = next((f for f in files if f.is_file()), None)
+    if file is None:
+        raise FileNotFoundError(f"the shared training knobs file {files[0]} is missing")
     spec = read_yaml(file) or {}
     knobs = {}
     for name, rng in spec.items():
