@@ -66,9 +66,9 @@ class SearchSpace:
         return {p.name: _lookup(config, p.path) for p in self.parameters}
 
 
-def space_path(stem: str, root: Path = Path(".")) -> Path:
+def space_path(stem: str) -> Path:
     """Where the space of the experiment `stem` lives."""
-    return root / SPACES_DIR / f"{stem}.yaml"
+    return SPACES_DIR / f"{stem}.yaml"
 
 
 def load_space(file: Path) -> SearchSpace:

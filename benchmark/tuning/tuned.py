@@ -64,13 +64,11 @@ class GroupStudies:
     trials: dict[str, pd.DataFrame]
 
 
-def group_studies(
-    group: str, stems: list[str], budget: str, root: Path = Path(".")
-) -> GroupStudies:
+def group_studies(group: str, stems: list[str], budget: str) -> GroupStudies:
     """The studies of `stems` in `group` that have been run (a loss not yet tuned is absent)."""
     summaries, trials = {}, {}
     for stem in stems:
-        files = group_files(group, stem, root)
+        files = group_files(group, stem)
         summary = files.read_summary()
         if summary is not None and files.trials.is_file():
             summaries[stem] = summary
