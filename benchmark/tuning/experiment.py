@@ -49,7 +49,7 @@ class Budget:
             raise ValueError(f"tuning budget: pruner must be none or wilcoxon, got {self.pruner!r}")
 
     def describe(self) -> str:
-        """One line for rows and boards: `30 trials × 3 folds, ≤ 6 epochs, val MAP@R, ...`."""
+        """One line for rows and boards: `30 trials x 3 folds, <= 6 epochs, val MAP@R, ...`."""
         pruning = "no pruning" if self.pruner == "none" else "Wilcoxon pruning over folds"
         return (
             f"{self.trials} trials x {self.folds} folds, <= {self.max_epochs} epochs, "
