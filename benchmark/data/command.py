@@ -162,16 +162,15 @@ def _verify(console: Console, args: argparse.Namespace) -> None:
             continue
         images, classes = len(split), len(set(split.labels))
         expected = official.get(name)
-        official_images, official_classes = expected or (None, None)
         missing, bad = _check_files(split, decode=not args.no_decode)
         listed += missing + bad
         if expected is not None and (images, classes) != expected:
             problems.append(f"{name}: {images:,} images / {classes:,} classes, official {expected}")
         if missing or bad:
             problems.append(f"{name}: {len(missing):,} missing, {len(bad):,} unreadable files")
-        counts = (images, official_images, classes, official_classes)
-        shown = [f"{n:,}" if n is not None else "—" for n in counts]
-        table.add_row(name, *shown, f"{len(missing):,}", f"{len(bad):,}")
+        official_images, official_classes = expected or (None, None)
+        counts = (images, official_images, classes, official_classes, len(missing), len(bad))
+        table.add_row(name, *(f"{n:,}" if n is not None else "—" for n in counts))
     console.print(table)
     if not official:
         console.print("no official counts for this class split: sizes not compared")
