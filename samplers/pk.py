@@ -17,7 +17,6 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.utils.data import Sampler
 
-SmallClasses = Literal["replace", "skip"]
 SamplerMode = Literal["coverage", "independent"]
 
 
@@ -27,32 +26,18 @@ class PKSampler(Sampler[list[int]]):
     `mode="coverage"` uses every image once per epoch where class sizes allow: each class's
     images are shuffled and dealt in chunks of K (the last topped up with other images of the
     class), and each batch takes one chunk of each of P distinct classes, drawn in proportion to
-    their chunks left (a class with as many chunks as batches left always), until they run out.
-    Chunks that cannot be paired with P-1 other classes (a long tail) or do not fill the last
-    batch are dropped. A longer `batches_per_epoch` goes on with fresh passes.
-
-    `mode="independent"` draws each batch afresh: classes by cycling random permutations (every
-    class in as many batches as every other, give or take one), each class's K samples without
-    replacement from all its images.
+    their chunks left; chunks that no full batch can take are dropped. A longer
+    `batches_per_epoch` goes on with fresh passes. `mode="independent"` draws each batch afresh:
+    classes by cycling random permutations, each class's K samples without replacement.
 
     A class with fewer than K samples is filled by sampling with replacement
     (`small_classes="replace"`; in coverage mode each image at least once) or left out ("skip").
-    Under DDP the sampler shards itself: pass it as `DataLoader(batch_sampler=...)` with the
-    Trainer's `use_distributed_sampler=False`.
-
-    Args:
-        labels: class of each dataset item, any integers (need not be contiguous).
-        p: classes per batch.
-        k: samples per class.
-        seed: base seed; batches depend only on `(seed, epoch)`.
-        mode: `coverage` (every image once per epoch) or `independent` (batches drawn afresh).
-        num_replicas: number of DDP processes; default the `torch.distributed` world size when
-            initialised, else 1.
-        rank: this process's rank; default the `torch.distributed` rank when initialised, else 0.
-        small_classes: what to do with classes that have fewer than `k` samples.
-        batches_per_epoch: batches each rank yields per epoch; default one pass over the data:
-            in coverage mode the pass's batches divided among the ranks, in independent mode
-            `len(labels) // (p * k * num_replicas)` (at least 1).
+    `labels` may be any integers. Batches depend only on `(seed, epoch)`. Under DDP the sampler
+    shards itself (`num_replicas` and `rank` default to `torch.distributed`'s, else 1 and 0):
+    pass it as `DataLoader(batch_sampler=...)` with the Trainer's `use_distributed_sampler=False`.
+    `batches_per_epoch` is per rank; by default one pass over the data: in coverage mode the
+    pass's batches divided among the ranks, in independent mode
+    `len(labels) // (p * k * num_replicas)` (at least 1).
     """
 
     def __init__(
@@ -65,7 +50,7 @@ class PKSampler(Sampler[list[int]]):
         mode: SamplerMode = "coverage",
         num_replicas: int | None = None,
         rank: int | None = None,
-        small_classes: SmallClasses = "replace",
+        small_classes: Literal["replace", "skip"] = "replace",
         batches_per_epoch: int | None = None,
     ) -> None:
         if p < 1 or k < 1:
@@ -207,7 +192,7 @@ def _distinct_class_batches(
     excess = int(left.sum()) - p * batches
     if excess:
         left[torch.multinomial(left.double(), excess, generator=gen)] -= 1
-    used = [0] * len(chunks)
+    unused = [iter(class_chunks) for class_chunks in chunks]
     for remaining in range(batches, 0, -1):
         forced = (left == remaining).nonzero().flatten()
         weights = left.double()
@@ -216,11 +201,7 @@ def _distinct_class_batches(
         drawn = torch.multinomial(weights, free, generator=gen) if free else forced[:0]
         picked = torch.cat([forced, drawn])
         left[picked] -= 1
-        batch = []
-        for c in picked.tolist():
-            batch.append(chunks[c][used[c]])
-            used[c] += 1
-        yield torch.cat(batch).tolist()
+        yield torch.cat([next(unused[c]) for c in picked.tolist()]).tolist()
 
 
 def mixed_seed(*values: int) -> int:
