@@ -50,12 +50,8 @@ def resolve_root(root: str | Path, marker: str, subfolders: Iterable[str]) -> Pa
     neither holds `marker`, `root` is returned and the caller's check reports it.
     """
     root = Path(root).expanduser()
-    if (root / marker).exists():
-        return root
-    for name in subfolders:
-        if (root / name / marker).exists():
-            return root / name
-    return root
+    candidates = [root, *(root / name for name in subfolders)]
+    return next((folder for folder in candidates if (folder / marker).exists()), root)
 
 
 def read_rows(
@@ -112,18 +108,15 @@ def split_by_class(
             f"{root} has classes 1..{largest}, so choose 1 <= train_classes < {largest} "
             f"({info.counts['train'][1]} is the official split)"
         )
-    train = [(path, c) for path, c in images if c <= train_classes]
-    held = [(path, c) for path, c in images if test and c > train_classes]
-    train_split, query = (
-        Split([str(path) for path, _ in part], [c for _, c in part], [-1] * len(part))
-        for part in (train, held)
-    )
-    return Splits(train_split, query, None)
+    every = Split([str(path) for path, _ in images], [c for _, c in images], [-1] * len(images))
+    train = [i for i, c in enumerate(every.labels) if c <= train_classes]
+    held = [i for i, c in enumerate(every.labels) if test and c > train_classes]
+    return Splits(every.subset(train), every.subset(held), None)
 
 
 def check_images_present(info: DatasetInfo, root: Path, splits: Split | Splits) -> None:
-    """Raise unless the first image of each split that the run reads (`on_disk()`) exists: catches
-    metadata without images in a few stats (`circlebench data verify` checks every file)."""
+    """Raise unless the first image of each split in `splits` exists: catches metadata without
+    images in a few stats (`circlebench data verify` checks every file)."""
     named = (
         [("train", splits)]
         if isinstance(splits, Split)

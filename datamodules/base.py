@@ -70,22 +70,17 @@ class RetrievalDataModule(pl.LightningDataModule):
 
     Args:
         root: dataset folder (None for datasets without files).
-        p: classes per training batch.
-        k: images per class in a training batch.
-        image_size: output size, an int (square) or `(H, W)`.
+        p, k: training batches of `p` classes × `k` images (`PKSampler`, mode `sampler_mode`).
+        image_size: an int (square) or `(H, W)`.
         num_workers: DataLoader worker processes (persistent when > 0).
-        eval_batch_size: batch size of the evaluation loaders.
-        val_classes: number of training classes held out as a class-disjoint validation split
-            (chosen by `seed`); 0 for none.
+        val_classes: training classes held out (chosen by `seed`) as a class-disjoint validation
+            split; 0 for none.
         seed: seed of the P-K sampler and of the validation split; None: the run's
             `seed_everything` under `circlebench` (other seeds, other batches), else 0.
         batches_per_epoch: training batches per epoch and rank; default one pass.
-        sampler_mode: `PKSampler`'s `mode`: `coverage` (every training image once per epoch
-            where class sizes allow) or `independent` (each batch drawn afresh).
-        folds: tuning mode when >= 2 (`circlebench tune` sets it): the training classes are
-            dealt into `folds` class-disjoint folds, fold `fold` validates, the others train,
-            and the test split is never read; 0 for a normal run.
-        fold: the held-out fold, 0..folds-1.
+        folds, fold: tuning mode when `folds` >= 2 (`circlebench tune` sets it): the training
+            classes are dealt into `folds` class-disjoint folds, fold `fold` validates, the
+            others train, and the test split is never read; 0 for a normal run.
     """
 
     dataset_name: ClassVar[str]
@@ -143,9 +138,11 @@ class RetrievalDataModule(pl.LightningDataModule):
 
     def verify(self) -> None:
         """Raise FileNotFoundError/ValueError naming the dataset, path, layout and source: by
-        default, where `info` is set, for metadata or first images of `on_disk()` missing."""
+        default, where `info` is set, for metadata or first images missing of the splits this
+        run reads (the training split alone while tuning)."""
         if self.info is not None:
-            check_images_present(self.info, self.root_dir, self.on_disk())
+            on_disk = self.load_train() if self.folds else self.load_splits()
+            check_images_present(self.info, self.root_dir, on_disk)
 
     @property
     def official_counts(self) -> dict[str, tuple[int, int]]:
@@ -164,10 +161,6 @@ class RetrievalDataModule(pl.LightningDataModule):
         """`load_splits().train` (the dataset's own labels), which tuning reads; our datasets
         override it so that no test file is listed or checked while tuning."""
         return self.load_splits().train
-
-    def on_disk(self) -> Split | Splits:
-        """What this run reads: the training split alone while tuning, else every split."""
-        return self.load_train() if self.folds else self.load_splits()
 
     def make_dataset(self, split: Split, *, train: bool) -> Dataset:
         """A dataset whose items are `(image [3, H, W] float in [0, 1], label, camera)`."""
@@ -267,9 +260,8 @@ class RetrievalDataModule(pl.LightningDataModule):
 
     def _eval_loaders(self, prefix: str) -> list[DataLoader]:
         self.setup("validate" if prefix == "val" else "test")  # CachedFeatureDataModule's stages
-        names = [f"{prefix}_query", f"{prefix}_gallery"]
         return [
             self._loader(self._datasets[name], batch_size=self.eval_batch_size, shuffle=False)
-            for name in names
+            for name in (f"{prefix}_query", f"{prefix}_gallery")
             if name in self._datasets
         ]

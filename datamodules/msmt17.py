@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from datamodules._files import DatasetInfo, check_images_present, read_rows, resolve_root
+from datamodules._files import DatasetInfo, read_rows, resolve_root
 from datamodules.base import ImageSize, RetrievalDataModule, RetrievalProtocol, Split, Splits
 
 INFO = DatasetInfo(
@@ -36,7 +36,7 @@ IMAGE_DIRS: dict[Version, tuple[str, str]] = {
 def msmt17_version(root: Path) -> Version:
     """V1 or V2, from the image folders present, else from the folder name `MSMT17_V*`."""
     for version, (train_dir, _) in IMAGE_DIRS.items():
-        if (root / train_dir).is_dir() or (root / train_dir.replace("v2", "V2")).is_dir():
+        if _image_dir(root, train_dir).is_dir():
             return version
     for version in IMAGE_DIRS:
         if root.name.upper().endswith(f"_{version}"):
@@ -90,7 +90,6 @@ class MSMT17DataModule(RetrievalDataModule):
     Args:
         include_val: train on `list_train.txt` + `list_val.txt` (32,621 images) instead of
             `list_train.txt` alone (30,248). Papers differ, so results rows record it.
-        **kwargs: the common arguments of `RetrievalDataModule` (p, k, num_workers, ...).
     """
 
     dataset_name: ClassVar[str] = "msmt17"
@@ -112,10 +111,6 @@ class MSMT17DataModule(RetrievalDataModule):
     def official_counts(self) -> dict[str, tuple[int, int]]:
         """Official `(images, identities)` per split under this `include_val`."""
         return {**INFO.counts, "train": (32621, 1041)} if self.include_val else INFO.counts
-
-    def verify(self) -> None:
-        root = resolve_root(self.root_dir, "list_train.txt", ["MSMT17_V1", "MSMT17_V2"])
-        check_images_present(INFO, root, self.on_disk())
 
     def load_splits(self) -> Splits:
         return msmt17_splits(self.root_dir, self.include_val)
