@@ -118,7 +118,6 @@ class Cars196DataModule(RetrievalDataModule):
 
     Args:
         train_classes: classes 1..N train, N+1..196 test; 98 is the official split.
-        **kwargs: the common arguments of `RetrievalDataModule` (p, k, image_size, ...).
     """
 
     dataset_name: ClassVar[str] = "cars196"

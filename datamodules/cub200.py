@@ -56,7 +56,6 @@ class CUB200DataModule(RetrievalDataModule):
     Args:
         train_classes: classes 1..N train, N+1..200 test; 100 is the official split, smaller
             values split subsets (3 for classes 1–6, 25 for classes 1–50).
-        **kwargs: the common arguments of `RetrievalDataModule` (p, k, image_size, ...).
     """
 
     dataset_name: ClassVar[str] = "cub200"

@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
+from functools import cached_property
+from inspect import signature
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -87,28 +89,17 @@ class CachedFeatureDataModule(RetrievalDataModule):
     ) -> None:
         if isinstance(views, bool) or not isinstance(views, int) or views < 1:
             raise ValueError(f"CachedFeatureDataModule: views must be an int >= 1, got {views!r}")
-        # the image DataModule's settings, given once; features are in memory: no workers
-        super().__init__(
-            images.root,
-            p=images.p,
-            k=images.k,
-            image_size=images.image_size,
-            num_workers=0,
-            eval_batch_size=images.eval_batch_size,
-            val_classes=images.val_classes,
-            seed=images.seed,
-            batches_per_epoch=images.batches_per_epoch,
-            sampler_mode=images.sampler_mode,
-            folds=images.folds,
-            fold=images.fold,
-        )
+        # every other argument of the image DataModule (attributes of the same names), given
+        # once; features are in memory: no workers
+        shared = set(signature(RetrievalDataModule.__init__).parameters) - {"self", "root"}
+        settings = {name: getattr(images, name) for name in shared} | {"num_workers": 0}
+        super().__init__(images.root, **settings)
         self.images, self.extractor, self.views, self.aug_seed = images, extractor, views, aug_seed
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
         self.dataset_name = images.dataset_name  # type: ignore[misc]
         self.protocol = images.protocol  # type: ignore[misc]
         self.default_recall_ks = images.default_recall_ks  # type: ignore[misc]
         self.cache_events: list[CacheEvent] = []
-        self._extractor_key: dict[str, str] | None = None
         self._built: set[str] = set()
         self._loaded: dict[str, Tensor] = {}  # key -> features [N, C] read by this DataModule
 
@@ -141,10 +132,8 @@ class CachedFeatureDataModule(RetrievalDataModule):
     def train_dataloader(self) -> DataLoader:
         """P-K batches `(features [P·K, C], labels, cameras)`, one view per sample and epoch."""
         loader = super().train_dataloader()  # the P-K sampler of the image DataModule's settings
-        batches, dataset = (
-            cast(PKSampler, loader.batch_sampler),
-            cast(FeatureDataset, loader.dataset),
-        )
+        batches = cast(PKSampler, loader.batch_sampler)
+        dataset = cast(FeatureDataset, loader.dataset)
         views = ViewBatchSampler(
             batches, views=dataset.views, num_items=len(dataset.split), seed=self.seed
         )
@@ -198,7 +187,7 @@ class CachedFeatureDataModule(RetrievalDataModule):
             "image_size": self.images.image_size,
             "view": view,
             "aug_seed": None if view is None else self.aug_seed,
-            "extractor": self._extractor_description(),
+            "extractor": self._extractor_key,
             "device": where_features_run(self._device()),
             "versions": {
                 "torch": torch.__version__,
@@ -233,17 +222,15 @@ class CachedFeatureDataModule(RetrievalDataModule):
         self._loaded[key] = torch.from_numpy(array)
         return self._loaded[key]
 
-    def _extractor_description(self) -> dict[str, str]:
+    @cached_property
+    def _extractor_key(self) -> dict[str, str]:
         """The extractor's part of the key; its parameters are hashed once per DataModule."""
-        if self._extractor_key is None:
-            extractor = self.extractor
-            self._extractor_key = {
-                "class": _qualname(extractor),
-                "summary": extractor.extra_repr(),
-                "repr_sha256": hashlib.sha256(repr(extractor).encode()).hexdigest(),
-                "weights_sha256": module_digest(extractor),
-            }
-        return self._extractor_key
+        return {
+            "class": _qualname(self.extractor),
+            "summary": self.extractor.extra_repr(),
+            "repr_sha256": hashlib.sha256(repr(self.extractor).encode()).hexdigest(),
+            "weights_sha256": module_digest(self.extractor),
+        }
 
     def _device(self) -> torch.device:
         """Where the extractor runs: the Trainer's device when attached, else the CPU."""

@@ -65,11 +65,7 @@ def market1501_splits(root: str | Path, *, test: bool = True) -> Splits:
 
 
 class Market1501DataModule(RetrievalDataModule):
-    """Market-1501, `query_gallery`: re-ID ranks 1, 5, 10 and mAP; images 256×128 by default.
-
-    Args:
-        **kwargs: the common arguments of `RetrievalDataModule` (p, k, num_workers, ...).
-    """
+    """Market-1501, `query_gallery`: re-ID ranks 1, 5, 10 and mAP; images 256×128 by default."""
 
     dataset_name: ClassVar[str] = "market1501"
     protocol: ClassVar[RetrievalProtocol] = "query_gallery"

@@ -54,9 +54,7 @@ def sop_splits(root: str | Path, *, test: bool = True) -> Splits:
 class SOPDataModule(RetrievalDataModule):
     """Stanford Online Products, `same_set`: `Ebay_train.txt` train, `Ebay_test.txt` query.
 
-    Args:
-        **kwargs: the common arguments of `RetrievalDataModule` (p, k, image_size, ...). Most
-            products have 2–12 images, so K > 2 repeats images (PKSampler's `small_classes`).
+    Most products have 2–12 images, so K > 2 repeats images (PKSampler's `small_classes`).
     """
 
     dataset_name: ClassVar[str] = "sop"

@@ -34,9 +34,7 @@ def class_folds(classes: Sequence[int], folds: int) -> list[list[int]]:
     ordered = sorted(set(classes))
     sizes = fold_sizes(len(ordered), folds)
     perm = torch.randperm(len(ordered), generator=torch.Generator().manual_seed(FOLD_SEED))
-    shuffled = [ordered[i] for i in perm.tolist()]
-    starts = [sum(sizes[:f]) for f in range(folds)]
-    return [sorted(shuffled[s : s + n]) for s, n in zip(starts, sizes, strict=True)]
+    return [sorted(ordered[i] for i in fold.tolist()) for fold in perm.split(sizes)]
 
 
 def check_fold(num_classes: int, folds: int, fold: int) -> None:

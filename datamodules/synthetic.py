@@ -63,14 +63,12 @@ class SyntheticDataModule(RetrievalDataModule):
     `protocol` and `default_recall_ks`: read them from the instance.
 
     Args:
-        num_train_classes: training classes (ids 0..num_train_classes-1).
-        num_test_classes: test classes, disjoint from the training ones.
-        images_per_class: rendered images per class.
+        num_train_classes, num_test_classes: training classes (ids 0..num_train_classes-1) and
+            the test classes after them.
         num_cameras: cameras in re-ID mode (ignored in fine-grained mode).
         render_seed: seed of the rendered world (looks, poses, cameras); fixed by default so
             runs with different `seed`s train on the same data.
         image_size: rendered size, an int or `(H, W)`; 64 px keeps CPU runs fast.
-        **kwargs: the other arguments of `RetrievalDataModule` (p, k, seed, folds, ...).
     """
 
     dataset_name: ClassVar[str] = "synthetic"
@@ -140,8 +138,7 @@ class SyntheticDataModule(RetrievalDataModule):
         test = self._classes(self.num_train_classes, self.num_test_classes)
         if self.mode == "fine_grained":
             return Splits(train, test, None)
-        query, gallery = query_gallery_split(test, seed=self.render_seed)
-        return Splits(train, query, gallery)
+        return Splits(train, *query_gallery_split(test, seed=self.render_seed))
 
     def make_dataset(self, split: Split, *, train: bool) -> Dataset:
         return SyntheticDataset(
