@@ -121,14 +121,10 @@ class SyntheticDataModule(RetrievalDataModule):
             self.default_recall_ks = (1, 5, 10)  # type: ignore[misc]
 
     def _classes(self, first: int, count: int) -> Split:
-        n = self.images_per_class
+        n, reid = self.images_per_class, self.mode == "reid"
         items = list(range(first * n, (first + count) * n))
-        labels = [g // n for g in items]
-        if self.mode == "reid":
-            cameras = [(g // n + g % n) % self.num_cameras for g in items]
-        else:
-            cameras = [-1] * len(items)
-        return Split(items, labels, cameras)
+        cameras = [(g // n + g % n) % self.num_cameras if reid else -1 for g in items]
+        return Split(items, [g // n for g in items], cameras)
 
     def load_train(self) -> Split:
         return self._classes(0, self.num_train_classes)
