@@ -31,8 +31,8 @@ NAME = re.compile(r"^(-1|\d{4})_c(\d)s\d_\d{6}_\d{2}\.jpg$")
 FOLDERS = {"train": "bounding_box_train", "query": "query", "gallery": "bounding_box_test"}
 
 
-def _read_folder(folder: Path) -> tuple[list[str], list[int], list[int]]:
-    """Paths, person ids and 0-based cameras of the non-junk boxes in one folder."""
+def _read_folder(folder: Path) -> Split:
+    """The non-junk boxes of one folder, with person ids and 0-based cameras."""
     if not folder.is_dir():
         raise INFO.missing(folder.parent, f"the folder {folder.name}/")
     items, ids, cameras = [], [], []
@@ -48,7 +48,7 @@ def _read_folder(folder: Path) -> tuple[list[str], list[int], list[int]]:
         items.append(str(path))
         ids.append(int(match[1]))
         cameras.append(int(match[2]) - 1)
-    return items, ids, cameras
+    return Split(items, ids, cameras)
 
 
 def market1501_splits(root: str | Path, *, test: bool = True) -> Splits:
@@ -58,10 +58,10 @@ def market1501_splits(root: str | Path, *, test: bool = True) -> Splits:
     if test and not all((root / folder).is_dir() for folder in FOLDERS.values()):
         raise INFO.missing(root, "bounding_box_train/, query/ and bounding_box_test/")
     query, gallery = (
-        Split(*_read_folder(root / FOLDERS[name])) if test else Split([], [], [])
+        _read_folder(root / FOLDERS[name]) if test else Split([], [], [])
         for name in ("query", "gallery")
     )
-    return Splits(Split(*_read_folder(root / FOLDERS["train"])), query, gallery)
+    return Splits(_read_folder(root / FOLDERS["train"]), query, gallery)
 
 
 class Market1501DataModule(RetrievalDataModule):
