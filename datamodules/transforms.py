@@ -21,11 +21,8 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 def as_hw(image_size: ImageSize) -> tuple[int, int]:
     """`(H, W)` from an int (square) or a pair; raises ValueError on anything else."""
     hw = (image_size, image_size) if isinstance(image_size, int) else image_size
-    if (
-        not isinstance(hw, Sequence)
-        or len(hw) != 2
-        or not all(isinstance(s, int) and s > 0 for s in hw)
-    ):
+    pair = isinstance(hw, Sequence) and len(hw) == 2
+    if not pair or not all(isinstance(s, int) and s > 0 for s in hw):
         raise ValueError(f"image_size must be a positive int or (H, W), got {image_size!r}")
     return hw[0], hw[1]
 
