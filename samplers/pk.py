@@ -117,9 +117,7 @@ class PKSampler(Sampler[list[int]]):
         gen = torch.Generator().manual_seed(mixed_seed(self.seed, self.epoch))
         batches = self._coverage(gen) if self.mode == "coverage" else self._independent(gen)
         # every rank draws every batch so the generator stays in step; a rank keeps its stride
-        for b, batch in enumerate(islice(batches, self._len * self.num_replicas)):
-            if b % self.num_replicas == self.rank:
-                yield batch
+        yield from islice(batches, self.rank, self._len * self.num_replicas, self.num_replicas)
 
     def _coverage(self, gen: torch.Generator) -> Iterator[list[int]]:
         """Passes of batches that use each chunk of K images once; endless, one pass at a time."""
