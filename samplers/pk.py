@@ -210,12 +210,7 @@ def mixed_seed(*values: int) -> int:
 
 def _first_distinct(queue: list[int], p: int) -> list[int]:
     """Remove and return the first `p` distinct entries of `queue`; skipped repeats stay queued."""
-    chosen: list[int] = []
-    rest: list[int] = []
-    for i, c in enumerate(queue):
-        if len(chosen) == p:
-            rest += queue[i:]
-            break
-        (rest if c in chosen else chosen).append(c)
-    queue[:] = rest
+    chosen = list(dict.fromkeys(queue))[:p]
+    for c in chosen:
+        queue.remove(c)  # its first entry, the one chosen
     return chosen
