@@ -206,13 +206,11 @@ class RetrievalDataModule(pl.LightningDataModule):
             return
         train, val, test = self.splits()
         self._datasets["train"] = self.make_dataset(train, train=True)
-        for name, splits in (("val", val), ("test", test)):
+        for prefix, splits in (("val", val), ("test", test)):
             if splits is not None:
-                self._datasets[f"{name}_query"] = self.make_dataset(splits.query, train=False)
-                if splits.gallery is not None:
-                    self._datasets[f"{name}_gallery"] = self.make_dataset(
-                        splits.gallery, train=False
-                    )
+                for part, split in (("query", splits.query), ("gallery", splits.gallery)):
+                    if split is not None:
+                        self._datasets[f"{prefix}_{part}"] = self.make_dataset(split, train=False)
 
     def train_dataloader(self) -> DataLoader:
         """P-K batches `(images [P·K, 3, H, W], labels [P·K], cameras [P·K])`."""
