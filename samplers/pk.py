@@ -95,11 +95,8 @@ class PKSampler(Sampler[list[int]]):
         self.epoch = 0
         chunks = torch.tensor([-(-len(members) // k) for members in self.class_indices])
         self.pass_batches = full_batches(chunks, p)  # coverage mode: batches of one pass
-        if mode == "coverage":
-            default = self.pass_batches // num_replicas
-        else:
-            default = len(labels) // (p * k * num_replicas)
-        self._len = batches_per_epoch or max(1, default)
+        one_pass = self.pass_batches if mode == "coverage" else len(labels) // (p * k)
+        self._len = batches_per_epoch or max(1, one_pass // num_replicas)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch's batches (Lightning calls it every epoch)."""
