@@ -27,11 +27,7 @@ from benchmark.leaderboard import numerics
 from benchmark.leaderboard.aggregate import aggregate_rows, read_leaderboard, write_csv
 from benchmark.leaderboard.cells import CellRunner, CellSettings, Launcher, RunSummary
 from benchmark.leaderboard.check import compare
-from benchmark.leaderboard.markdown import (
-    leaderboard_markdown,
-    read_paper_reference,
-    terminal_summary,
-)
+from benchmark.leaderboard.markdown import leaderboard_markdown, terminal_summary
 from benchmark.leaderboard.plan import suite_plan
 from benchmark.leaderboard.plots import drawn_figures, write_plots
 from benchmark.leaderboard.report import write_report
@@ -145,7 +141,15 @@ def main(argv: list[str] | None = None) -> None:
         # it for the table alone costs more than the imports it would save.
         forked = args.isolation == "fork" and on_slurm is None and not args.aggregate_only
         log_wandb_table(board, suite.name, work, console, forked=forked)
-    _finish(summary, console)
+    console.print(
+        f"{len(summary.ran)} run, {len(summary.resumed)} already done, "
+        f"{len(summary.failed)} failed, {len(summary.skipped)} experiment(s) skipped"
+    )
+    for experiment, reason in summary.skipped.items():
+        console.print(f"skipped {experiment}: {reason}")
+    if summary.failed:
+        details = "\n".join(f"  {cell}: {why}" for cell, why in summary.failed.items())
+        raise SystemExit(f"{len(summary.failed)} cell(s) failed:\n{details}")
 
 
 def default_jobs(threads_per_cell: int | None) -> int:
@@ -161,37 +165,40 @@ def build(
     to W&B) and write its leaderboard files."""
     work = results_dir / "suites" / suite.name
     rows_csv = work / "rows.csv"
+    cells = suite.cells()
     summary = RunSummary()
     if run is not None:
         settings = CellSettings(
             rows_csv, work, wandb=wandb, threads=suite.threads, suite=suite.name
         )
-        summary = run(suite.cells(), settings, root=Path("."), console=console)
+        summary = run(cells, settings, root=Path("."), console=console)
     rows = read_results(rows_csv)
-    rows = rows[rows["cell_id"].isin({cell.cell_id for cell in suite.cells()})]
-    out = results_dir / suite.output
-    # rows are in the order cells finished; the suite's order reads better
-    order = {cell.experiment: i for i, cell in enumerate(suite.cells())}
+    rows = rows[rows["cell_id"].isin({cell.cell_id for cell in cells})]
     board = aggregate_rows(rows)
-    board = board.sort_values("experiment", key=lambda s: s.map(order)) if len(board) else board
-    if board.empty and run is None:  # --aggregate-only, before any run wrote a row
-        raise FileNotFoundError(
-            f"no rows for suite {suite.name!r} in {rows_csv}: nothing to aggregate; run "
-            f"`circlebench leaderboard --suite {suite.name}` first (or pass the "
-            "folder that holds its rows with --results-dir)"
-        )
     if board.empty:
-        console.print(f"no rows for suite {suite.name!r} in {rows_csv}; nothing to aggregate")
+        missing = f"no rows for suite {suite.name!r} in {rows_csv}"
+        if run is None:  # --aggregate-only, before any run wrote a row
+            raise FileNotFoundError(
+                f"{missing}: nothing to aggregate; run `circlebench leaderboard --suite "
+                f"{suite.name}` first (or pass the folder that holds its rows with --results-dir)"
+            )
+        console.print(f"{missing}; nothing to aggregate")
         return board, summary
+    # rows are in the order cells finished; the suite's order reads better
+    order = {cell.experiment: i for i, cell in enumerate(cells)}
+    board = board.sort_values("experiment", key=lambda s: s.map(order))
     requires = {g.name: g.requires_text for g in suite.groups}
     board.insert(2, "requires", board["group"].map(requires))
+    out = results_dir / suite.output
     write_csv(board, out / "leaderboard.csv")
     if summary.ran:  # the machine that trained; aggregating elsewhere keeps the stored fingerprint
         made = summary.numerics or numerics.fingerprint()
         kept = set(rows["cell_id"]) - set(summary.ran)  # rows an earlier run made
         numerics.write(out, numerics.merged(numerics.read(out), made) if kept else made)
     paper_csv = results_dir / "paper_reference.csv"
-    paper = read_paper_reference(paper_csv) if paper_csv.is_file() else pd.DataFrame()
+    paper = pd.DataFrame()
+    if paper_csv.is_file():
+        paper = pd.read_csv(paper_csv, dtype={"value": float}, keep_default_na=False)
     studies = {  # of every group that tunes
         g.name: group_studies(g.name, [c.stem for c in g.configs], g.tuning.describe())
         for g in suite.groups
@@ -332,15 +339,3 @@ def _log_table(
     cells = board.astype(object).where(board.notna(), None)  # W&B columns keep one type
     run.log({"leaderboard": wandb.Table(dataframe=cells)})
     run.finish()
-
-
-def _finish(summary: RunSummary, console: Console) -> None:
-    console.print(
-        f"{len(summary.ran)} run, {len(summary.resumed)} already done, "
-        f"{len(summary.failed)} failed, {len(summary.skipped)} experiment(s) skipped"
-    )
-    for experiment, reason in summary.skipped.items():
-        console.print(f"skipped {experiment}: {reason}")
-    if summary.failed:
-        details = "\n".join(f"  {cell}: {why}" for cell, why in summary.failed.items())
-        raise SystemExit(f"{len(summary.failed)} cell(s) failed:\n{details}")

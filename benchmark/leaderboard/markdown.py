@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pandas as pd
 
@@ -18,15 +17,11 @@ _SHARED: tuple[str, ...] = ("dataset", "protocol", "backbone", "pretrained", "em
 _SHARED += ("image_size", "p", "k", "epochs", "include_val", "rerank")
 
 
-def read_paper_reference(path: Path) -> pd.DataFrame:
-    """`results/paper_reference.csv`: one published number per row; `loss` is our class name."""
-    return pd.read_csv(path, dtype={"value": float}, keep_default_na=False)
-
-
 def paper_value(
     paper: pd.DataFrame, dataset: str | None, loss: str, labels: str, metric: str
 ) -> float | None:
-    """The paper's number for this dataset, loss class, labels and metric, if it reports one."""
+    """The number in `paper` (`results/paper_reference.csv`: one published number per row,
+    `loss` our class name) for this dataset, loss class, labels and metric, if it has one."""
     if dataset is None or paper.empty:
         return None
     hit = paper[
@@ -160,12 +155,21 @@ def _group_table(
     group: str, rows: pd.DataFrame, paper: pd.DataFrame, paper_dataset: str | None
 ) -> list[str]:
     shared = [c for c in _SHARED if c in rows and rows[c].nunique() == 1 and rows[c].iloc[0]]
-    varying = [c for c in _SHARED if c in rows and rows[c].nunique() > 1]
     facts = ", ".join(f"{c} `{rows[c].iloc[0]}`" for c in shared if c not in ("p", "k"))
     if "p" in shared and "k" in shared:
         facts += f", P×K `{rows['p'].iloc[0]}×{rows['k'].iloc[0]}`"
     if "requires" in rows and rows["requires"].iloc[0]:
         facts += f"; needs `{rows['requires'].iloc[0]}`"
+    head, body = _columns(rows, paper, paper_dataset)
+    return [f"## {group}", "", facts, "", *untuned_note(rows), *_table(head, body), ""]
+
+
+def _columns(
+    rows: pd.DataFrame, paper: pd.DataFrame, paper_dataset: str | None
+) -> tuple[list[str], list[list[str]]]:
+    """A group's table (header, rows): per row its loss, labels, setting, params, the `_SHARED`
+    settings that vary, seeds, every metric, the first metric's differences and seconds per run."""
+    varying = [c for c in _SHARED if c in rows and rows[c].nunique() > 1]
     metrics = board_metrics(rows)
     deltas = _references(rows, metrics[0]) if metrics else []
     delta_heads = [f"Δ {_REFERENCE_NAMES[r]} {metrics[0]}" for r in deltas]
@@ -187,7 +191,7 @@ def _group_table(
         wall = row.get("wall_time_s_mean", math.nan)
         cells.append("–" if pd.isna(wall) else f"{float(wall):.0f}")
         body.append(cells)
-    return [f"## {group}", "", facts, "", *untuned_note(rows), *_table(head, body), ""]
+    return head, body
 
 
 def _references(rows: pd.DataFrame, metric: str) -> list[str]:
@@ -224,21 +228,8 @@ def terminal_summary(board: pd.DataFrame) -> list[tuple[str, list[list[str]]]]:
         metrics = board_metrics(rows)
         if not metrics:
             continue
-        first = metrics[0]
-        references = _references(rows, first)
-        tuned = rows.apply(is_tuned, axis=1).any()
-        head = ["loss", "labels", *(["setting"] if tuned else []), "seeds", first]
-        body = [head + [f"Δ {_REFERENCE_NAMES[r]} {first}" for r in references]]
-        for _, row in rows.iterrows():
-            deltas = [
-                format_difference(
-                    row.get(f"{first}_vs_{r}_mean", math.nan),
-                    row.get(f"{first}_vs_{r}_ci95", math.nan),
-                )
-                for r in references
-            ]
-            mean_ci = format_cell(row[f"{first}_mean"], row[f"{first}_ci95"], None)
-            labels = [str(row["loss"]), str(row["labels"]), *([setting(row)] if tuned else [])]
-            body.append([*labels, str(row["n_seeds"]), mean_ci, *deltas])
-        tables.append((str(group), body))
+        head, body = _columns(rows, pd.DataFrame(), None)
+        shown = {"loss", "labels", "setting", "seeds", metrics[0]}
+        keep = [i for i, name in enumerate(head) if name in shown or name.startswith("Δ ")]
+        tables.append((str(group), [[line[i] for i in keep] for line in [head, *body]]))
     return tables
