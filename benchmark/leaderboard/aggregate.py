@@ -40,10 +40,13 @@ def compared(board: pd.DataFrame) -> pd.DataFrame:
     return board[tuned | floor]
 
 
-def board_metrics(entries: pd.DataFrame) -> list[str]:
-    """The registry's metrics with a `<metric>_mean` value in `entries`, in registry order."""
+def board_metrics(entries: pd.DataFrame, *, others: bool = False) -> list[str]:
+    """The registry's metrics with a `<metric>_mean` value in `entries`, in registry order;
+    `others`: then every other `<name>_mean` with a value (`wall_time_s`, differences)."""
     means = [c[: -len("_mean")] for c in entries if c.endswith("_mean")]
-    return [m for m in metric_columns(means) if entries[f"{m}_mean"].notna().any()]
+    known = metric_columns(means)
+    ordered = (known + [m for m in means if m not in known]) if others else known
+    return [m for m in ordered if entries[f"{m}_mean"].notna().any()]
 
 
 def _floor(entry: pd.Series, group: pd.DataFrame) -> pd.Series:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmark.evaluation.metrics import metric_columns
+from benchmark.leaderboard.aggregate import board_metrics
 from benchmark.leaderboard.markdown import (
     format_cell,
     format_params,
@@ -70,8 +70,9 @@ def write_report(
         figures = dict(drawn.get(str(group), {}))  # they compare tuned losses only
         if studies and str(group) in studies:
             intro, head, table = tuning_rows(studies[str(group)])
-            body.append(f"<h3>Tuning</h3><p>{_e(intro)}</p>{_plain_table(head, table)}")
-            metrics = _metrics(entries)
+            cells = [[_td(text, wrap=True) for text in row] for row in table]
+            body.append(f"<h3>Tuning</h3><p>{_e(intro)}</p>{_html_table(head, cells)}")
+            metrics = board_metrics(entries, others=True)
             tuning = {
                 "tuned": tuned_vs_default(entries, metrics[0]) if metrics else None,
                 "history": optimisation_history(studies[str(group)]),
@@ -82,15 +83,6 @@ def write_report(
     page = {"title": _e(title), "style": _STYLE, "script": _SCRIPT}
     write_text(path, _PAGE.format(body="\n".join(body), **page))
     return path
-
-
-def _metrics(entries: pd.DataFrame) -> list[str]:
-    """Columns `<metric>_mean` (with `_ci95` where the board has it) with a value in this group:
-    the registry's metrics in its order, then any other (e.g. `wall_time_s`) in the board's."""
-    means = [c[: -len("_mean")] for c in entries if c.endswith("_mean")]
-    known = metric_columns(means)
-    ordered = known + [m for m in means if m not in known]
-    return [m for m in ordered if entries[f"{m}_mean"].notna().any()]
 
 
 def _settings(entries: pd.DataFrame) -> list[str]:
@@ -122,14 +114,10 @@ def _table(entries: pd.DataFrame) -> str:
     settings = [
         c for c in _settings(entries) if c not in shared and not entries[c].map(_empty).all()
     ]
-    metrics = _metrics(entries)
-    head = ["experiment", *settings, "seeds", *metrics]
-    cells = ["<div class='scroll'><table class='board'><thead><tr>"]
-    cells += [f"<th scope='col' tabindex='0'>{_e(name)}</th>" for name in head]
-    cells.append("</tr></thead><tbody>")
+    metrics = board_metrics(entries, others=True)
+    rows = []
     for _, row in entries.iterrows():
-        cells.append("<tr>")
-        cells.append(_td(str(row["experiment"]).rsplit("/", 1)[-1]))
+        cells = [_td(str(row["experiment"]).rsplit("/", 1)[-1])]
         for column in settings:
             text = setting(row) if column == "tuning" else str(row[column])  # budget: in notes
             shown = format_params(text) if column == "loss_params" else text
@@ -138,17 +126,16 @@ def _table(entries: pd.DataFrame) -> str:
         for metric in metrics:
             mean, ci = float(row[f"{metric}_mean"]), float(row.get(f"{metric}_ci95", math.nan))
             cells.append(_td(format_cell(mean, ci, None), "" if math.isnan(mean) else mean))
-        cells.append("</tr>")
-    cells.append("</tbody></table></div>")
-    return "".join(cells)
+        rows.append(cells)
+    return _html_table(["experiment", *settings, "seeds", *metrics], rows)
 
 
-def _plain_table(head: list[str], rows: list[list[str]]) -> str:
-    cells = ["<div class='scroll'><table class='board'><thead><tr>"]
-    cells += [f"<th scope='col'>{_e(name)}</th>" for name in head]
-    cells.append("</tr></thead><tbody>")
-    cells += ["<tr>" + "".join(_td(text, wrap=True) for text in row) + "</tr>" for row in rows]
-    return "".join([*cells, "</tbody></table></div>"])
+def _html_table(head: list[str], rows: list[list[str]]) -> str:
+    """A table sorted by a clicked (or focused and entered) header; `rows` of `_td` cells."""
+    heads = "".join(f"<th scope='col' tabindex='0'>{_e(name)}</th>" for name in head)
+    body = "".join(f"<tr>{''.join(cells)}</tr>" for cells in rows)
+    table = f"<table class='board'><thead><tr>{heads}</tr></thead><tbody>{body}</tbody></table>"
+    return f"<div class='scroll'>{table}</div>"
 
 
 def _td(text: str, sort: str | float | None = None, *, wrap: bool = False) -> str:
