@@ -32,12 +32,18 @@ LINES = {
 
 
 def drawn_figures(board: pd.DataFrame, rows: pd.DataFrame) -> dict[str, dict[str, bytes]]:
-    """Each group's figures (`group_figures`) of the experiments it compares, as PNG bytes by
-    kind: drawn once for the files (`write_plots`) and the report alike."""
+    """Each group's figures of the experiments it compares, as PNG bytes by kind in `KINDS`
+    order: drawn once for the files (`write_plots`) and the report alike. A kind the runs left
+    nothing for (no run folders on this machine) is left out."""
     drawn = {}
     for group, entries in compared(board).groupby("group", sort=False):
-        figures = group_figures(entries, runs_of(rows, entries))
-        drawn[str(group)] = {kind: png(figure) for kind, figure in figures.items()}
+        runs = runs_of(rows, entries)
+        figures = (recall_plot(entries), training_curves_plot(runs), similarity_scatter_plot(runs))
+        drawn[str(group)] = {
+            kind: png(figure)
+            for kind, figure in zip(KINDS, figures, strict=True)
+            if figure is not None
+        }
     return drawn
 
 
@@ -61,18 +67,6 @@ def write_plots(
             path.write_bytes(data)
             written.append(path)
     return written
-
-
-def group_figures(entries: pd.DataFrame, runs: pd.DataFrame) -> dict[str, Figure]:
-    """One group's figures by kind, in `KINDS` order, from its compared board `entries` (at
-    least one) and their results rows `runs`; a kind the runs left nothing for (no run folders
-    on this machine) is left out."""
-    figures = {
-        "recall_at_k": recall_plot(entries),
-        "sp_sn_training": training_curves_plot(runs),
-        "sp_sn_scatter": similarity_scatter_plot(runs),
-    }
-    return {kind: figure for kind, figure in figures.items() if figure is not None}
 
 
 def png(figure: Figure) -> bytes:

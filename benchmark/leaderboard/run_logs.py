@@ -65,8 +65,6 @@ class FinalSimilarities:
     """The test queries' hardest similarities of one run: `sn [Q]`, `sp [Q]` (cosines)."""
 
     experiment: str
-    seed: int
-    loss: str
     sn: np.ndarray
     sp: np.ndarray
     circle_m: float | None  # Circle loss's margin m: its decision boundary; None for other losses
@@ -81,9 +79,9 @@ def final_similarities(runs: pd.DataFrame) -> list[FinalSimilarities]:
             npz = Path(str(cell.get("run_dir", ""))) / "similarities.npz"
             if str(cell.get("run_dir", "")) and npz.is_file():
                 with np.load(npz) as data:
-                    sn, sp = data["sn"], data["sp"]
-                loss, m = str(cell.get("loss", "")), circle_margin(cell)
-                found.append(FinalSimilarities(str(name), int(cell["seed"]), loss, sn, sp, m))
+                    found.append(
+                        FinalSimilarities(str(name), data["sn"], data["sp"], circle_margin(cell))
+                    )
                 break
     return found
 
