@@ -26,14 +26,13 @@ from wandb_workspaces import expr
 from benchmark.errors import ArgumentParser
 from benchmark.leaderboard.aggregate import TUNED, aggregate_rows, board_metrics
 from benchmark.leaderboard.run_logs import logged_columns, runs_of
-from benchmark.leaderboard.suite import Suite, load_suite
+from benchmark.leaderboard.suite import load_suite
 from benchmark.leaderboard.wandb_views import ViewStore, WandbViewStore, publish_within
 from benchmark.manual import manual_line
 from benchmark.training.loggers import wandb_has_credentials, wandb_server_reachable
 from benchmark.training.rows import read_results
 from benchmark.tuning.history import PROJECT as HISTORY_PROJECT
 from core.atomic import write_text
-from datamodules.base import RetrievalDataModule
 
 LEADERBOARD_PROJECT = "circlebench-leaderboard"  # where `leaderboard` logs its table
 SPEC_FILE = "dashboard.json"
@@ -73,12 +72,7 @@ def _group_section(
 ) -> list[Any]:
     """Heading, facts and the panel grid of one leaderboard group."""
     datasets = sorted(set(entries["dataset"].astype(str)))
-    # Rows without a track column predate the frozen track: the default DataModule's track.
-    tracks = (
-        sorted(set(entries["track"].astype(str)))
-        if "track" in entries
-        else [RetrievalDataModule.track]
-    )
+    tracks = sorted(set(entries["track"].astype(str)))
     seeds = sorted({s for text in entries["seeds"].astype(str) for s in text.split()}, key=int)
     cells = sorted(
         f"{experiment}/seed{seed}"
@@ -237,7 +231,14 @@ def main(
     except (KeyError, ValueError, FileNotFoundError) as error:
         parser.error(str(error.args[0]))
     work = args.results_dir / "suites" / suite.name
-    board, rows = suite_board(suite, work / "rows.csv")
+    rows = read_results(work / "rows.csv")
+    rows = rows[rows["cell_id"].isin({cell.cell_id for cell in suite.cells()})]
+    if rows.empty:
+        raise SystemExit(
+            f"no rows for suite {suite.name!r} in {work / 'rows.csv'}: run "
+            f"`circlebench leaderboard --suite {suite.name}` first"
+        )
+    board = aggregate_rows(rows)
     spec_path = work / SPEC_FILE
     spec = view_spec(build_view(board, rows, suite.name, args.entity))
     write_text(spec_path, json.dumps(spec, indent=1) + "\n")
@@ -258,15 +259,3 @@ def main(
     if done.error:
         raise SystemExit(f"--publish: the view was not saved ({done.error}); spec in {spec_path}")
     print(f"saved the W&B view: {done.url}")
-
-
-def suite_board(suite: Suite, rows_csv: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(board, rows) of the suite's cells in `rows_csv`; exits when there are none."""
-    rows = read_results(rows_csv)
-    rows = rows[rows["cell_id"].isin({cell.cell_id for cell in suite.cells()})]
-    if rows.empty:
-        raise SystemExit(
-            f"no rows for suite {suite.name!r} in {rows_csv}: run "
-            f"`circlebench leaderboard --suite {suite.name}` first"
-        )
-    return aggregate_rows(rows), rows

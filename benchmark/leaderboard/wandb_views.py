@@ -26,12 +26,12 @@ class ViewStore(Protocol):
 
 
 class WandbViewStore:
-    """The W&B server, through `wandb.Api` (every call bounded by `timeout_s`)."""
+    """The W&B server, through `wandb.Api` (every call bounded by 20 s)."""
 
-    def __init__(self, timeout_s: float = 20.0) -> None:
+    def __init__(self) -> None:
         import wandb
 
-        self.api = wandb.Api(timeout=int(timeout_s))
+        self.api = wandb.Api(timeout=20)
 
     def default_entity(self) -> str:
         return str(self.api.default_entity or "")
