@@ -37,7 +37,7 @@ class CellWork:
         cli_main(self.args)
 
     def done(self) -> bool:
-        return has_row(self.rows_csv, self.cell_id)
+        return self.cell_id in row_recipes(self.rows_csv)
 
 
 class Launcher(Protocol):
@@ -82,14 +82,8 @@ def cell_args(
     )
     return [
         cell.command,
-        "--config",
-        str(cell.config),
-        "--seed_everything",
-        str(cell.seed),
-        "--results_csv",
-        str(rows_csv),
-        "--cell_id",
-        cell.cell_id,
+        *("--config", str(cell.config), "--seed_everything", str(cell.seed)),
+        *("--results_csv", str(rows_csv), "--cell_id", cell.cell_id),
         *(["--cell_recipe", recipe] if recipe else []),
         *(["--suite", suite] if suite else []),
         f"--trainer.default_root_dir={run_root}",
@@ -182,11 +176,6 @@ def row_recipes(rows_csv: Path) -> dict[str, str]:
     rows = read_results(rows_csv)
     made_by = rows["cell_recipe"] if "cell_recipe" in rows else [""] * len(rows)
     return dict(zip(rows["cell_id"], made_by, strict=True))
-
-
-def has_row(rows_csv: Path, cell_id: str) -> bool:
-    """Whether the rows CSV holds a row of `cell_id`."""
-    return cell_id in row_recipes(rows_csv)
 
 
 def cell_log(work_dir: Path, cell_id: str) -> Path:

@@ -1,17 +1,21 @@
-"""The Slurm launcher: its options, and a suite's unfinished cells as one job array, waited for
-and reported.
+"""The Slurm launcher: its options, and a suite's unfinished cells as one job array of
+`CellTask`s, waited for and reported.
 
 Each cell's job is recorded in `<work>/slurm/jobs.json`; a cell is done when its row is in the
 rows CSV, else failed once its job has stayed ended for `slurm.SETTLE_S`. The jobs outlive this
-process: the next command (or `--status`) waits for those still pending or running.
+process: the next command (or `--status`) waits for those still pending or running. A task
+restarted by Slurm does nothing if its cell's row is written, else its `fit` resumes from the
+`last.ckpt` of the cell's own run folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -21,26 +25,21 @@ from submitit.core.utils import pickle_load
 
 from benchmark.launch import slurm
 from benchmark.launch.processes import print_failure, progress_bar
-from benchmark.launch.slurm import (
-    JobWatch,
-    SlurmOptions,
-    cancel,
-    job_states,
-    submit_array,
-)
+from benchmark.launch.slurm import JobWatch, SlurmOptions, cancel, job_states, submit_array
 from benchmark.launch.slurm_options import add_launcher_argument, add_slurm_request, slurm_options
-from benchmark.leaderboard.cell_task import CellTask
+from benchmark.launch.slurm_tasks import CallTask
 from benchmark.leaderboard.cells import (
     CellSettings,
+    CellWork,
     Launcher,
     RunSummary,
     cell_log,
-    has_row,
     row_recipes,
     suite_lock,
     unfinished_cells,
 )
 from benchmark.leaderboard.suite import Cell, Suite
+from benchmark.training.checkpoints import LAST, newest_run
 from core.atomic import write_text
 
 POLL_S = 10.0  # between two sacct calls while waiting; one call covers every job
@@ -95,6 +94,44 @@ def read_ledger(work_dir: Path) -> dict[str, Submitted]:
 def _write_ledger(work_dir: Path, ledger: dict[str, Submitted]) -> None:
     entries = {cell: asdict(entry) for cell, entry in sorted(ledger.items())}
     write_text(work_dir / LEDGER, json.dumps(entries, indent=1) + "\n")
+
+
+class CellTask(CallTask):
+    """A leaderboard cell's `CellWork`, run in this process and after a restart resumed from its
+    run under `run_root` (its `--trainer.default_root_dir`); returns the node's numerics
+    fingerprint, which the leaderboard stores beside a board made on Slurm."""
+
+    function: CellWork
+
+    def __init__(
+        self, work: CellWork, log: Path, threads: int | None, *, recipe: str, run_root: Path
+    ) -> None:
+        super().__init__(work, log, threads)
+        self.recipe, self.run_root = recipe, run_root
+
+    def run(self, restarts: int) -> str:
+        from benchmark.leaderboard import numerics
+
+        work = self.function
+        if row_recipes(work.rows_csv).get(work.cell_id) == self.recipe:  # a restart after the end
+            print(f"[circlebench] {work.cell_id} already has its row in {work.rows_csv}")
+            return numerics.fingerprint()
+        run = resumable_run(self.run_root, work.cell_id, self.recipe) if restarts else None
+        if run is not None and work.args[0] == "fit":
+            print(f"[circlebench] restarted: resuming {run} from its {LAST}", flush=True)
+            work = dataclasses.replace(work, args=[*work.args, f"--ckpt_path={run}"])
+        work()
+        return numerics.fingerprint()
+
+
+def resumable_run(run_root: Path, cell_id: str, recipe: str) -> Path | None:
+    """The newest run folder under `run_root` of this cell and recipe (from its saved
+    `config.yaml`) that has a `checkpoints/last.ckpt`; None when no epoch was finished."""
+
+    def ours(config: dict) -> bool:
+        return config.get("cell_id") == cell_id and config.get("cell_recipe") == recipe
+
+    return newest_run(run_root, ours, depth=3)
 
 
 def run_cells_on_slurm(
@@ -173,7 +210,7 @@ def _wait(
                     state = states.get(job)
                     if state is None or state.active:
                         continue
-                    done = has_row(settings.rows_csv, cell_id)
+                    done = cell_id in row_recipes(settings.rows_csv)
                     if not done and watch.ended_for(job) < slurm.SETTLE_S:
                         continue  # accounting may not have heard of a requeue yet
                     del remaining[cell_id]
@@ -220,26 +257,26 @@ def print_status(
     made = row_recipes(settings.rows_csv)
     ledger = read_ledger(settings.work_dir)
     states = job_states(ledger[c.cell_id].job for c in cells if c.cell_id in ledger)
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     for cell in cells:
         recipe = cell.recipe(root, settings.threads)
         entry = ledger.get(cell.cell_id)
         state = states.get(entry.job) if entry else None
         why = cell.unavailable(root)
         detail = ""
-        if cell.cell_id in made and made[cell.cell_id] in ("", recipe):
+        if made.get(cell.cell_id) in ("", recipe):
             what = "done"
         elif why is not None:
             what, detail = "skipped", why
         elif state is not None and entry is not None and entry.recipe == recipe:
-            what = state.state
-            detail = state.describe()
+            what, detail = state.state, state.describe()
             if not state.active:
                 detail += f"; log: {cell_log(settings.work_dir, cell.cell_id)}"
+        elif cell.cell_id in made:
+            what, detail = "stale", "its row was made by another recipe"
         else:
-            what = "stale" if cell.cell_id in made else "to run"
-            detail = "its row was made by another recipe" if what == "stale" else ""
-        counts[what] = counts.get(what, 0) + 1
+            what = "to run"
+        counts[what] += 1
         if what != "done":
             line = f"{what:<10} {cell.cell_id}  {detail}"
             console.print(line, markup=False, highlight=False, soft_wrap=True)

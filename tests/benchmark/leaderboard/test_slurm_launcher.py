@@ -19,8 +19,8 @@ from benchmark.launch.slurm import JobState, SlurmOptions, job_states, submit_ar
 from benchmark.launch.slurm_tasks import CallTask
 from benchmark.leaderboard import command as leaderboard
 from benchmark.leaderboard import slurm_cells
-from benchmark.leaderboard.cell_task import CellTask, resumable_run
 from benchmark.leaderboard.cells import CellWork, cell_args
+from benchmark.leaderboard.slurm_cells import CellTask, resumable_run
 from benchmark.leaderboard.suite import load_suite
 from benchmark.training.cli import CircleBenchCLI
 from benchmark.training.rows import read_results
