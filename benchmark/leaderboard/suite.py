@@ -19,14 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from benchmark.errors import read_yaml
-from benchmark.tuning.groups import (
-    Group,
-    check_keys,
-    parse_group,
-    seed_list,
-    strings,
-    suite_path,
-)
+from benchmark.tuning.groups import Group, check_keys, parse_group, seed_list, strings, suite_path
 from benchmark.tuning.tuned import group_files
 
 _SUITE_KEYS = {"description", "seeds", "overrides", "output", "threads", "groups", "check_seeds"}
@@ -100,18 +93,15 @@ class Suite:
 
     def restricted_to(self, seeds: tuple[int, ...]) -> Suite:
         """This suite with only the cells of `seeds` (in groups that run them)."""
+
+        def kept(chosen: tuple[int, ...]) -> tuple[int, ...]:
+            return tuple(s for s in chosen if s in seeds)
+
         groups = tuple(
-            dataclasses.replace(
-                g,
-                seeds=tuple(
-                    s for s in (g.seeds if g.seeds is not None else self.seeds) if s in seeds
-                ),
-            )
+            dataclasses.replace(g, seeds=kept(g.seeds if g.seeds is not None else self.seeds))
             for g in self.groups
         )
-        return dataclasses.replace(
-            self, seeds=tuple(s for s in self.seeds if s in seeds), groups=groups
-        )
+        return dataclasses.replace(self, seeds=kept(self.seeds), groups=groups)
 
     def cells(self) -> list[Cell]:
         """Every cell, group by group (its floor first), config by config, seed by seed."""
