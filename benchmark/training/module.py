@@ -1,12 +1,11 @@
 """MetricLearningModule: an embedder, a pair-similarity loss, their optimiser, retrieval evaluation.
 
 Training: P-K batch → embedder → loss (in fp32, outside autocast) → `train/loss` and the loss's
-`s_p`/`s_n` statistics every step. Evaluation (validation and test alike): every rank embeds its
-shard of the query (loader 0) and gallery (loader 1) sets once, in float32 even under
-`bf16-mixed` (a checkpoint then scores the same whatever precision trained it), the shards are
-gathered and de-duplicated by dataset index, and rank 0 computes the metrics with
-`RetrievalEvaluator` on the Trainer's device (CPU or CUDA) and sends them to the other ranks;
-they are logged in percent (`val/R@1`, `test/mAP`), as in results rows.
+statistics. Evaluation (validation and test alike): every rank embeds its shard of the query
+(loader 0) and gallery (loader 1) sets in float32, even under `bf16-mixed` (a checkpoint scores
+the same whatever precision trained it); the shards are gathered and de-duplicated, and rank 0
+computes the metrics (`RetrievalEvaluator`, on the Trainer's device) and sends them to the
+others. They are logged in percent (`val/R@1`, `test/mAP`), as in results rows.
 """
 
 from __future__ import annotations
@@ -33,9 +32,6 @@ from core.protocols import RetrievalProtocol
 from datamodules.base import RetrievalDataModule
 from losses import MetricLoss
 
-# per evaluation loader: (batch index, embeddings [b, D], labels [b], cameras [b]) per batch
-EvalParts = dict[int, list[tuple[int, Tensor, Tensor, Tensor]]]
-
 
 @dataclass(frozen=True)
 class TestResult:
@@ -51,26 +47,24 @@ class MetricLearningModule(pl.LightningModule):
     """Train `embedder` with `loss`; evaluate retrieval on the datamodule's query/gallery sets.
 
     Args:
-        embedder: maps images [B, 3, H, W] to embeddings [B, D]; must provide
-            `backbone_parameters()` and `head_parameters()` (see `benchmark.embedders.Embedder`).
+        embedder: images [B, 3, H, W] -> embeddings [B, D], with its parameters split into
+            `backbone_parameters()` and `head_parameters()` (`EmbedderBase`).
         loss: `forward(embeddings [B, D], labels [B]) -> scalar` with `last_stats` (`losses`).
-        optimizer: called with the parameter groups backbone, head, loss, whose learning
-            rates are `backbone_lr`, `head_lr`, `loss_lr` (the backbone's split by the
-            embedder's `backbone_parameter_groups()`, each at `backbone_lr` times its scale);
-            an `lr` given to it is overridden.
+        optimizer: called with the parameter groups backbone (split by the embedder's
+            `backbone_parameter_groups()`, each at `backbone_lr` times its scale), head at
+            `head_lr` and loss at `loss_lr`; an `lr` given to it is overridden.
         lr_scheduler: called with the optimiser; stepped once per epoch.
         freeze_backbone_epochs: a head warm-up: for the first N epochs the backbone gets no
             gradients (and its forward pass builds no graph), so the head and the loss's
             proxies adapt to the pretrained features before fine-tuning moves them.
         recall_ks: Recall@K list; None takes the datamodule's `default_recall_ks`.
         protocol: evaluation protocol; None takes the datamodule's.
-        eval_backend: `RetrievalEvaluator` backend: "auto", "torch" or "faiss" (every backend
-            returns the same metrics; "auto" picks the evaluator's fastest exact path).
-        similarity_queries: test queries whose hardest s_p / s_n are kept for `similarities.npz`.
-        eval_metrics: metric names from the registry (`benchmark.evaluation.metrics.METRICS`,
-            e.g. `[recall, mAP, mINP]`); None takes the evaluator's defaults.
-        rerank: "k-reciprocal" re-ranks each query's gallery (Zhong et al. 2017, k1=20, k2=6,
-            λ=0.3; `query_gallery` only); None ranks by cosine similarity.
+        eval_backend: `RetrievalEvaluator` backend, "auto", "torch" or "faiss" (same metrics).
+        similarity_queries: test queries whose hardest s_p / s_n go to `similarities.npz`.
+        eval_metrics: metric names (`benchmark.evaluation.metrics.METRICS`, e.g.
+            `[recall, mAP, mINP]`); None takes the evaluator's defaults.
+        rerank: "k-reciprocal" (Zhong et al. 2017, k1=20, k2=6, λ=0.3; `query_gallery` only);
+            None ranks by cosine similarity.
     """
 
     def __init__(
@@ -103,14 +97,14 @@ class MetricLearningModule(pl.LightningModule):
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self._evaluator: RetrievalEvaluator | None = None
-        self._eval_parts: EvalParts = {}
+        # per evaluation loader: (batch index, embeddings [b, D], labels [b], cameras [b]) per batch
+        self._eval_parts: dict[int, list[tuple[int, Tensor, Tensor, Tensor]]] = {}
         self.test_result: TestResult | None = None  # set by each test epoch; read by the CLI
 
     def forward(self, images: Tensor) -> Tensor:
         """Embeddings [B, D] (not normalised) of images [B, 3, H, W] in [0, 1]."""
         return self.embedder(images)
 
-    # ---- set-up ------------------------------------------------------------------------------
     @property
     def evaluator(self) -> RetrievalEvaluator:
         """The evaluator `setup` built for the datamodule's protocol."""
@@ -186,7 +180,6 @@ class MetricLearningModule(pl.LightningModule):
             "lr_scheduler": {"scheduler": self.lr_scheduler(optimizer), "interval": "epoch"},
         }
 
-    # ---- training ----------------------------------------------------------------------------
     def on_train_start(self) -> None:
         # the backbone's trainable parameters, before the warm-up switches them off
         self._backbone_trainable = list(self.embedder.backbone_parameters())
@@ -222,38 +215,30 @@ class MetricLearningModule(pl.LightningModule):
         for logger in self.loggers:
             logger.log_metrics(metrics, step=step)
 
-    # ---- evaluation --------------------------------------------------------------------------
+    # ---- evaluation: a test epoch runs as a validation epoch does -----------------------------
     def on_validation_epoch_start(self) -> None:
         self._eval_parts = {}
 
-    on_test_epoch_start = on_validation_epoch_start
+    def _eval_loaders(self) -> list:
+        """[query] or [query, gallery]: the loaders of the running validation or test."""
+        trainer = self.trainer
+        loaders = trainer.test_dataloaders if trainer.testing else trainer.val_dataloaders
+        return list(loaders) if isinstance(loaders, Sequence) else [loaders]
 
     def validation_step(self, batch: Sequence[Tensor], batch_idx: int, dataloader_idx: int = 0):
-        self._embed_eval_batch(batch, batch_idx, dataloader_idx, self.trainer.val_dataloaders)
-
-    def test_step(self, batch: Sequence[Tensor], batch_idx: int, dataloader_idx: int = 0):
-        self._embed_eval_batch(batch, batch_idx, dataloader_idx, self.trainer.test_dataloaders)
-
-    def on_validation_epoch_end(self) -> None:
-        self._evaluate("val", self.trainer.val_dataloaders)
-
-    def on_test_epoch_end(self) -> None:
-        self._evaluate("test", self.trainer.test_dataloaders)
-
-    def _embed_eval_batch(
-        self, batch: Sequence[Tensor], batch_idx: int, loader_idx: int, loaders
-    ) -> None:
-        loader = _as_list(loaders)[loader_idx]
+        loader = self._eval_loaders()[dataloader_idx]
         sharded = isinstance(getattr(loader, "sampler", None), DistributedSampler)
         if not sharded and batch_idx % self.trainer.world_size != self.global_rank:
             return  # every rank loads the whole set; each embeds every world_size-th batch
         images, labels, cameras = batch
         with torch.autocast(self.device.type, enabled=False):  # float32 under bf16-mixed too
             embeddings = self.embedder(images).float().detach()  # [b, D]
-        self._eval_parts.setdefault(loader_idx, []).append((batch_idx, embeddings, labels, cameras))
+        parts = self._eval_parts.setdefault(dataloader_idx, [])
+        parts.append((batch_idx, embeddings, labels, cameras))
 
-    def _evaluate(self, stage: Literal["val", "test"], loaders) -> None:
-        loaders = _as_list(loaders)
+    def on_validation_epoch_end(self) -> None:
+        stage = "test" if self.trainer.testing else "val"
+        loaders = self._eval_loaders()
         for idx, loader in enumerate(loaders):
             if len(loader) == 0:
                 raise ValueError(
@@ -271,8 +256,8 @@ class MetricLearningModule(pl.LightningModule):
         eval_args = (
             query[:2] if gallery is None else (*query[:2], *gallery[:2], query[2], gallery[2])
         )
-        # Rank 0 evaluates (every rank holds the same gathered embeddings; each evaluating them
-        # with all its cores, or its own GPU, only multiplied the cost) and sends the metrics.
+        # Rank 0 evaluates and sends the metrics: every rank holds the same embeddings, and
+        # each evaluating them (with all its cores, or its own GPU) only multiplied the cost.
         mine = self.evaluator.evaluate(*eval_args) if self.global_rank == 0 else None
         metrics = cast(dict[str, float], self.trainer.strategy.broadcast(mine, src=0))
         percent = {key: 100.0 * float(value) for key, value in metrics.items()}
@@ -284,6 +269,10 @@ class MetricLearningModule(pl.LightningModule):
             report = cast(EvaluationReport, self.evaluator.last_report)  # set by evaluate()
             self.test_result = TestResult(report, hardest)
         self._eval_parts = {}
+
+    on_test_epoch_start = on_validation_epoch_start
+    test_step = validation_step
+    on_test_epoch_end = on_validation_epoch_end
 
     def _gathered(self, loader_idx: int, loader) -> tuple[Tensor, Tensor, Tensor]:
         """This loader's embeddings, labels, cameras from all ranks, in dataset order, once each."""
@@ -325,10 +314,6 @@ def evaluation_device(trainer: pl.Trainer | None) -> Literal["auto", "cpu", "cud
     return "cuda" if trainer.strategy.root_device.type == "cuda" else "cpu"
 
 
-def _as_list(loaders) -> list:
-    return list(loaders) if isinstance(loaders, Sequence) else [loaders]
-
-
 def _sampled_batches(loader) -> list[list[int]]:
     """Dataset indices of each batch `loader` yields on this rank."""
     if loader.batch_sampler is not None:
@@ -343,9 +328,8 @@ def check_num_classes(loss: nn.Module, num_classes: int) -> None:
     is checked when it or one of its modules keeps the count as a positive `num_classes`
     attribute; PML's ProxyNCALoss and NormalizedSoftmaxLoss keep 0 there, and go unchecked.
     """
-    found = _declared_num_classes(loss)
-    if found is not None and found[1] != num_classes:
-        where, declared = found
+    where, declared = _declared_num_classes(loss) or ("", num_classes)
+    if declared != num_classes:
         name = loss.name if isinstance(loss, MetricLoss) else type(loss).__name__
         raise ValueError(
             f"{name} has num_classes={declared} but the training data has "
