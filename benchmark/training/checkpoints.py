@@ -1,11 +1,9 @@
 """Checkpoints that survive: every epoch, on SIGINT/SIGTERM, resumable, and checked on load.
 
-Each run folder keeps `checkpoints/last.ckpt` (rewritten after every training epoch, so a run
-killed in epoch e resumes from the end of epoch e-1 and finishes with the uninterrupted run's
-weights), `checkpoints/best.ckpt` (the best `val/R@1`, with a validation split) and, when the
-run is stopped by Ctrl-C or SIGTERM, `checkpoints/interrupted.ckpt` (the state at the signal,
-mid-epoch). `--ckpt_path last` resumes the newest run of the same config; `--ckpt_path RUN_DIR`
-resumes that run.
+Each run folder keeps `checkpoints/last.ckpt` (after every training epoch: a run killed in
+epoch e resumes from the end of epoch e-1 and ends with the uninterrupted run's weights),
+`checkpoints/best.ckpt` (the best `val/R@1`, with a validation split) and, after Ctrl-C or
+SIGTERM, `checkpoints/interrupted.ckpt` (the state at the signal, mid-epoch).
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ import yaml
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-LAST, BEST, INTERRUPTED = "last.ckpt", "best.ckpt", "interrupted.ckpt"
+LAST, INTERRUPTED = "last.ckpt", "interrupted.ckpt"
 # Data arguments that change where or how fast data is read, not what is trained or tested,
 # and those that only shape training batches (free to differ when evaluating a checkpoint).
 DATA_LOCATION = ("root", "num_workers", "eval_batch_size")
@@ -114,20 +112,6 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             "pass a .ckpt that a fit wrote (<run folder>/checkpoints/last.ckpt) or the run folder"
         )
     return state
-
-
-def resumable_run(runs: Path, key: str, config_key: Any) -> Path:
-    """The newest run folder under `runs` with a `last.ckpt` whose saved `config.yaml` has
-    `config_key(config) == key` (any other trained something else)."""
-    run = newest_run(runs, lambda config: config_key(config) == key)
-    if run is None:
-        candidates = len(list(runs.glob(f"*/checkpoints/{LAST}")))
-        raise FileNotFoundError(
-            f"--ckpt_path last: no earlier run of this config with checkpoints/{LAST} under "
-            f"{runs} ({candidates} run(s) of other configs); run `fit` without --ckpt_path "
-            "first, or pass --ckpt_path <run folder> or <file.ckpt>"
-        )
-    return run
 
 
 def newest_run(runs: Path, ours: Callable[[dict], bool], depth: int = 1) -> Path | None:

@@ -1,10 +1,8 @@
 """`circlebench fit|validate|test`: the LightningCLI over `MetricLearningModule`.
 
-`circlebench fit --config experiments/cub200/circle.yaml --model.loss.init_args.gamma=64`
-trains over the defaults of `experiments/base.yaml`, evaluates the test set once at the end and
-appends one results row (`benchmark.training.results`); `circlebench test --ckpt_path ...`
-appends one too. `python -m benchmark.training.cli fit ...` is the same without the dispatcher
-(the leaderboard runs its cells that way).
+`fit` trains a config over the defaults of `experiments/base.yaml`, evaluates the test set once
+at the end and appends one results row (`benchmark.training.results`), as `test --ckpt_path`
+does. `python -m benchmark.training.cli fit ...` is the same without the dispatcher.
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ from benchmark.training.checkpoints import (
     best_checkpoint,
     check_matches_config,
     checkpoint_callbacks,
-    resumable_run,
+    newest_run,
 )
 from benchmark.training.loggers import (
     ConfigToLoggersCallback,
@@ -40,7 +38,7 @@ from benchmark.training.loggers import (
 )
 from benchmark.training.module import MetricLearningModule
 from benchmark.training.results import config_hash, git_sha, result_row, save_similarities
-from benchmark.training.rows import ResultRow, append_row
+from benchmark.training.rows import append_row
 from datamodules.base import RetrievalDataModule
 from losses import ExternalLoss
 from losses.external import PML_INSTALL, pml_installed
@@ -104,6 +102,7 @@ class CircleBenchCLI(LightningCLI):
         self.parse_only = parse_only
         # allow_abbrev: `--trainer.max_epoch=3` is an error, not `max_epochs` taken silently.
         defaults = {"default_config_files": [str(BASE_CONFIG)], "allow_abbrev": False}
+        failed = True
         try:
             super().__init__(
                 MetricLearningModule,
@@ -122,24 +121,18 @@ class CircleBenchCLI(LightningCLI):
                 args=args,
                 run=run,
             )
-        except BaseException:
-            self._finish_wandb(failed=True)
-            raise
-        self._finish_wandb(failed=False)
-
-    def _finish_wandb(self, *, failed: bool) -> None:
-        trainer = getattr(self, "trainer", None)
-        if trainer is not None:
-            finish_wandb_runs(trainer.loggers, failed=failed)
+            failed = False
+        finally:
+            trainer = getattr(self, "trainer", None)
+            if trainer is not None:
+                finish_wandb_runs(trainer.loggers, failed=failed)
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
-        skip = {"model", "dataloaders", "datamodule"}
-        return {
-            "fit": skip | {"train_dataloaders", "val_dataloaders"},
-            "validate": skip,
-            "test": skip,
-        }
+        """Lightning's sub-commands but `predict`."""
+        commands = LightningCLI.subcommands()
+        del commands["predict"]
+        return commands
 
     def add_arguments_to_parser(self, parser) -> None:
         for name, (kind, default, help) in RUN_OPTIONS.items():
@@ -149,16 +142,16 @@ class CircleBenchCLI(LightningCLI):
         problem = yaml_problem(sys.argv[1:] if args is None else args)
         if problem:  # jsonargparse would name the file `<unicode string>`
             parser.error(problem)
-        if args is None:
+        # Given words, LightningCLI warns if sys.argv holds others too: a leaderboard's cells,
+        # tune's folds and the bench commands parse their own words in processes whose sys.argv
+        # is another command line. The words given are the whole of it.
+        outer = sys.argv
+        if args is not None:
+            sys.argv = sys.argv[:1]
+        try:
             super().parse_arguments(parser, args)
-        else:  # Given words, LightningCLI warns if sys.argv holds others too: a leaderboard's
-            # cells, tune's folds and the bench commands parse their own words in processes whose
-            # sys.argv is another command line. The words given are the whole of it.
-            outer, sys.argv = sys.argv, sys.argv[:1]
-            try:
-                super().parse_arguments(parser, args)
-            finally:
-                sys.argv = outer
+        finally:
+            sys.argv = outer
         # Before anything reads the config (the checkpoint check, the saved config, the hash).
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else self.config
@@ -201,7 +194,7 @@ class CircleBenchCLI(LightningCLI):
         ]
         callbacks = list(config.get("callbacks") or [])
         if config.get("enable_checkpointing") is not False:
-            callbacks += checkpoint_callbacks(_val_classes(self.datamodule) > 0)
+            callbacks += checkpoint_callbacks(self.datamodule.val_classes > 0)
         return super().instantiate_trainer(logger=loggers, callbacks=callbacks, **kwargs)
 
     def _labels(self, dataset: str, loss_class: str) -> RunLabels:
@@ -228,12 +221,20 @@ class CircleBenchCLI(LightningCLI):
         ckpt_path = self._get(self.config, "ckpt_path") if self.subcommand == "fit" else None
         if ckpt_path is None or Path(ckpt_path).is_file():
             return None
+        run = Path(ckpt_path)
         if ckpt_path == "last":
             self._dump_config()
-            run = resumable_run(runs, _resume_key(self.config_dump), _resume_key)
-        elif (Path(ckpt_path) / "checkpoints" / LAST).is_file():
-            run = Path(ckpt_path)
-        else:
+            key = _resume_key(self.config_dump)
+            newest = newest_run(runs, lambda config: _resume_key(config) == key)
+            if newest is None:
+                others = len(list(runs.glob(f"*/checkpoints/{LAST}")))
+                raise FileNotFoundError(
+                    f"--ckpt_path last: no earlier run of this config with checkpoints/{LAST} "
+                    f"under {runs} ({others} run(s) of other configs); run `fit` without "
+                    "--ckpt_path first, or pass --ckpt_path <run folder> or <file.ckpt>"
+                )
+            run = newest
+        elif not (run / "checkpoints" / LAST).is_file():
             raise FileNotFoundError(
                 f"--ckpt_path {ckpt_path}: neither a checkpoint file, a run folder with "
                 f"checkpoints/{LAST}, nor 'last' (the newest run of this config)"
@@ -278,20 +279,16 @@ class CircleBenchCLI(LightningCLI):
                 "--ckpt_path <file.ckpt> to test trained weights",
                 stacklevel=2,
             )
-        append_row(self._get(self.config, "results_csv"), self._row(trained))
-
-    def _row(self, trained: CheckpointInfo | None) -> ResultRow:
         self._dump_config()
         config = self.config_dump
         loss_args = config["model"]["loss"].get("init_args", {})
         if isinstance(self.model.loss, ExternalLoss):  # the row names the wrapped loss
             loss_args = loss_args["loss"].get("init_args", {})
-        loss_params = json.dumps(loss_args, sort_keys=True)
-        return result_row(
+        row = result_row(
             self.model,
             self.datamodule,
             cell_id=config["cell_id"],
-            loss_params=loss_params,
+            loss_params=json.dumps(loss_args, sort_keys=True),
             trained=trained,
             seed=config["seed_everything"],
             tuning=config.get("tuning") or "",
@@ -303,6 +300,7 @@ class CircleBenchCLI(LightningCLI):
                 "cell_recipe": config.get("cell_recipe") or "",
             },
         )
+        append_row(config["results_csv"], row)
 
 
 def _data_seed_follows_run(data: Any, seed: Any) -> None:
@@ -316,11 +314,6 @@ def _data_seed_follows_run(data: Any, seed: Any) -> None:
         init_args["seed"] = seed
     for value in vars(init_args).values() if hasattr(init_args, "__dict__") else ():
         _data_seed_follows_run(value, seed)
-
-
-def _val_classes(datamodule: Any) -> int:
-    hparams = getattr(datamodule, "hparams", {})
-    return int(getattr(datamodule, "val_classes", hparams.get("val_classes", 0)) or 0)
 
 
 def _resume_key(config: dict) -> str:
