@@ -181,11 +181,9 @@ class CircleBenchCLI(LightningCLI):
         resumed = self._resumed_run(root / dataset / loss_name)
         loggers = build_loggers(
             root,
-            dataset,
-            loss_name,
+            self._labels(dataset, loss_name),
             wandb=self._get(self.config, "wandb"),
             version=resumed.name if resumed else run_version(),
-            labels=self._labels(dataset, loss_name),
         )
         self.run_dir = Path(str(loggers[0].log_dir))  # fast_dev_run swaps loggers for dummies
         extra = config.get("logger")  # loggers named in a config come after ours

@@ -6,9 +6,8 @@ can be uploaded later with `wandb sync <run_dir>/wandb/offline-run-*`. With cred
 route to the W&B server (checked with one connection of at most `PROBE_TIMEOUT_S`), the run
 goes offline too, with one line saying so, instead of failing after W&B's own time-outs.
 
-A W&B run carries what dashboards group and filter by (`RunLabels`): config key `circlebench`
-(dataset, loss, paradigm, track, seed, suite, cell, git revision), group `<dataset>/<loss>`,
-name `<dataset>/<loss>/seed<seed>`, `job_type` train or evaluate.
+A W&B run carries what dashboards group and filter by (`RunLabels`): config key `circlebench`,
+group `<dataset>/<loss>`, name `<dataset>/<loss>/seed<seed>`, `job_type` train or evaluate.
 """
 
 from __future__ import annotations
@@ -87,36 +86,14 @@ class RunLabels:
     git_sha: str
     job_type: Literal["train", "evaluate"]
 
-    @property
-    def group(self) -> str:
-        return f"{self.dataset}/{self.loss}"
-
-    @property
-    def name(self) -> str:
-        return f"{self.group}/seed{self.seed}"
-
-    def config(self) -> dict[str, str | int]:
-        """The `circlebench` config entry (job_type is W&B's own field)."""
-        fields = asdict(self)
-        del fields["job_type"]
-        return fields
-
 
 def build_loggers(
-    save_dir: str | Path,
-    dataset: str,
-    loss: str,
-    *,
-    wandb: bool,
-    version: str,
-    labels: RunLabels | None = None,
+    save_dir: str | Path, labels: RunLabels, *, wandb: bool, version: str
 ) -> list[Logger]:
-    """CSV logger in `save_dir/<dataset>/<loss>/<version>` and, if `wandb`, a W&B logger there too.
-
-    W&B: project `circlebench-<dataset>`; with `labels`, group, name, job type and config entry
-    from them, else group `<loss>` and run name `<version>`.
-    """
-    csv_logger = CSVLogger(save_dir=save_dir, name=f"{dataset}/{loss}", version=version)
+    """CSV logger in `save_dir/<dataset>/<loss class>/<version>` and, if `wandb`, a W&B logger
+    there too (project `circlebench-<dataset>`, the run labelled as the module docstring says)."""
+    name = f"{labels.dataset}/{labels.loss_class}"
+    csv_logger = CSVLogger(save_dir=save_dir, name=name, version=version)
     if not wandb:
         return [csv_logger]
     settle_wandb_mode()
@@ -126,19 +103,24 @@ def build_loggers(
         # are about to be there, so it checks now, while only an earlier run's could be. It
         # makes the folder, which W&B then writes to.
         _ = csv_logger.experiment
-    named: dict[str, Any] = {"group": loss, "name": version}
-    if labels is not None:  # under its own key: Lightning logs the hyper-parameters at the top
-        named = {"group": labels.group, "name": labels.name, "job_type": labels.job_type}
-        named["config"] = {"circlebench": labels.config()}
-    wandb_logger = WandbLogger(project=f"circlebench-{dataset}", save_dir=str(run_dir), **named)
+    config: dict[str, Any] = asdict(labels)
+    group = f"{labels.dataset}/{labels.loss}"
+    wandb_logger = WandbLogger(
+        project=f"circlebench-{labels.dataset}",
+        save_dir=str(run_dir),
+        group=group,
+        name=f"{group}/seed{labels.seed}",
+        job_type=config.pop("job_type"),  # W&B's own field
+        # under its own key: Lightning logs the hyper-parameters at the top level
+        config={"circlebench": config},
+    )
     return [csv_logger, wandb_logger]
 
 
 def settle_wandb_mode() -> Literal["online", "offline"] | None:
     """Set `WANDB_MODE` for this process before W&B starts, and return it (None when it is
-    `disabled` or a mode W&B rejects): offline without an account (never prompt, never reach
-    the network) or when the server cannot be reached, else what the user chose (online with
-    credentials). The one rule of every W&B run: training, tuning history, leaderboard table."""
+    `disabled` or a mode W&B rejects): offline without an account or when the server cannot be
+    reached, else what the user chose. The rule of every W&B run of the suite."""
     if not (os.environ.get("WANDB_MODE") or wandb_has_credentials()):
         os.environ["WANDB_MODE"] = "offline"
     elif os.environ.get("WANDB_MODE", "online") == "online" and not wandb_server_reachable():

@@ -12,6 +12,12 @@ from pytorch_lightning.loggers import WandbLogger
 
 from benchmark.training.loggers import RunLabels, build_loggers, wandb_server_reachable
 
+LABELS = RunLabels(
+    dataset="synthetic", loss="circle_class", loss_class="CircleLoss", paradigm="class-level",
+    track="end-to-end", seed=2, suite="ci", cell_id="syn/circle_class/seed2", git_sha="abc",
+    job_type="train",
+)  # fmt: skip
+
 
 @pytest.fixture
 def wandb_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
@@ -35,7 +41,7 @@ def test_credentials_without_a_reachable_server_log_offline_with_one_line(
     wandb_env.setenv("WANDB_API_KEY", "x" * 40)
     wandb_env.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_port()}")
     assert not wandb_server_reachable()
-    loggers = build_loggers(tmp_path, "synthetic", "CircleLoss", wandb=True, version="v")
+    loggers = build_loggers(tmp_path, LABELS, wandb=True, version="v")
     assert os.environ["WANDB_MODE"] == "offline" and len(loggers) == 2
     assert "server cannot be reached; logging offline" in capsys.readouterr().err
 
@@ -53,21 +59,15 @@ def test_a_reachable_server_keeps_the_users_mode(
 def test_no_account_logs_offline_silently(
     wandb_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    build_loggers(tmp_path, "synthetic", "CircleLoss", wandb=True, version="v")
+    build_loggers(tmp_path, LABELS, wandb=True, version="v")
     assert os.environ["WANDB_MODE"] == "offline" and capsys.readouterr().err == ""
 
 
 def test_labels_name_group_and_configure_the_wandb_run(
     wandb_env: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    labels = RunLabels(
-        dataset="synthetic", loss="circle_class", loss_class="CircleLoss", paradigm="class-level",
-        track="end-to-end", seed=2, suite="ci", cell_id="syn/circle_class/seed2", git_sha="abc",
-        job_type="train",
-    )  # fmt: skip
-    _, wandb_logger = build_loggers(
-        tmp_path, "synthetic", "CircleLoss", wandb=True, version="v", labels=labels
-    )
+    csv_logger, wandb_logger = build_loggers(tmp_path, LABELS, wandb=True, version="v")
+    assert Path(csv_logger.log_dir) == tmp_path / "synthetic" / "CircleLoss" / "v"
     init = wandb_logger._wandb_init  # what wandb.init will get; no run is started here
     assert (init["project"], init["group"]) == ("circlebench-synthetic", "synthetic/circle_class")
     assert (init["name"], init["job_type"]) == ("synthetic/circle_class/seed2", "train")
@@ -86,9 +86,7 @@ def test_a_new_run_folder_logs_without_warnings_an_earlier_one_warns(
     Lightning's warning."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        csv_logger, wandb_logger = build_loggers(
-            tmp_path, "synthetic", "CircleLoss", wandb=True, version="new"
-        )
+        csv_logger, wandb_logger = build_loggers(tmp_path, LABELS, wandb=True, version="new")
         (Path(csv_logger.log_dir) / "wandb").mkdir()
         csv_logger.log_metrics({"train/loss": 1.0}, step=0)
         csv_logger.save()
@@ -97,4 +95,4 @@ def test_a_new_run_folder_logs_without_warnings_an_earlier_one_warns(
     earlier.mkdir(parents=True)
     (earlier / "metrics.csv").write_text("step\n0\n")
     with pytest.warns(UserWarning, match="exists and is not empty"):
-        build_loggers(tmp_path, "synthetic", "CircleLoss", wandb=True, version="old")
+        build_loggers(tmp_path, LABELS, wandb=True, version="old")
