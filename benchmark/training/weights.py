@@ -1,12 +1,8 @@
 """Pretrained weights of the backbones: where they come from, how they load, what input they want.
 
-`pretrained_backbone(name, pretrained)` returns a headless backbone (`forward_features`,
-`num_features`), the input convention its weights were trained with, and the source string
-recorded in results rows. Sources: the offline EfficientNet-Lite0 package, Cadene's BN-Inception
-URL, the timm hub, or a local file (a `.safetensors` file or a torch state dict, checked against
-the architecture by `benchmark.training.state_dicts`); nothing downloads unless `pretrained=True`
-names an online source. Token backbones (timm's ViT family) are built for any image size
-(`benchmark.training.tokens`).
+Sources: the offline EfficientNet-Lite0 package, Cadene's BN-Inception URL, the timm hub, or a
+local `.safetensors` or torch state-dict file (fitted by `benchmark.training.state_dicts`);
+nothing downloads unless `pretrained=True` names an online source.
 """
 
 from __future__ import annotations
@@ -47,18 +43,18 @@ TF_LITE_INPUT = InputConvention(False, lite0.MEAN, lite0.STD)
 def pretrained_backbone(
     name: str, pretrained: bool | str
 ) -> tuple[nn.Module, InputConvention, str]:
-    """Headless backbone with `forward_features` and `num_features`, its input, its source."""
+    """A headless backbone (`forward_features`, `num_features`), the input convention of its
+    weights, and the source string recorded in results rows."""
     if name != "bninception" and not timm.is_model(name):
         raise ValueError(
             f"unknown backbone {name!r}: use 'bninception' or a timm model name "
             f"(see timm.list_models(), e.g. 'resnet50', 'efficientnet_lite0')"
         )
-    if pretrained is True and name not in (*LITE0, "bninception"):
-        model = _timm_hub_backbone(name)
-        return model, _timm_convention(model), "timm-hub"
-    state, source = _pretrained_state(name, pretrained)
+    hub = pretrained is True and name not in (*LITE0, "bninception")  # timm loads the weights
+    state, source = (None, "timm-hub") if hub else _pretrained_state(name, pretrained)
     # TF-trained Lite0 weights come in EfficientNet-PyTorch's names (the package's file)
     tf_lite0 = name in LITE0 and state is not None and "_conv_stem.weight" in state
+    model: nn.Module
     classifier: str | tuple[str, ...] | None
     if name == "bninception":
         model, convention, classifier = BNInception(num_classes=0), BNINCEPTION_INPUT, "last_linear"
@@ -66,7 +62,14 @@ def pretrained_backbone(
         # The TF-trained lite0 weights go with TF's BatchNorm epsilon (timm's default is 1e-5).
         kwargs: dict[str, Any] = {"bn_eps": lite0.BN_EPS} if tf_lite0 else {}
         kwargs |= token_backbone_kwargs(name)
-        model = timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
+        try:
+            model = timm.create_model(name, pretrained=hub, num_classes=0, **kwargs)
+        except OSError as err:  # no network: huggingface_hub / urllib raise OSError subclasses
+            raise RuntimeError(
+                f"could not download pretrained weights for {name!r} from the timm hub ({err}); "
+                "offline, pass pretrained=<path to a .safetensors or state-dict .pth file> or "
+                "pretrained=False (docs: Modern backbones)"
+            ) from err
         convention = _timm_convention(model)
         classifier = cast(dict[str, Any], model.pretrained_cfg).get("classifier")
     if tf_lite0 and state is not None:
@@ -91,18 +94,6 @@ def _timm_convention(model: nn.Module) -> InputConvention:
     cfg = cast(dict[str, Any], model.pretrained_cfg)  # timm's: mean, std, classifier, ...
     mean, std = cfg.get("mean", IMAGENET_DEFAULT_MEAN), cfg.get("std", IMAGENET_DEFAULT_STD)
     return InputConvention(False, tuple(mean), tuple(std))
-
-
-def _timm_hub_backbone(name: str) -> nn.Module:
-    try:
-        kwargs = token_backbone_kwargs(name)
-        return timm.create_model(name, pretrained=True, num_classes=0, **kwargs)
-    except OSError as err:  # no network: huggingface_hub / urllib raise OSError subclasses
-        raise RuntimeError(
-            f"could not download pretrained weights for {name!r} from the timm hub ({err}); "
-            "offline, pass pretrained=<path to a .safetensors or state-dict .pth file> or "
-            "pretrained=False (docs: Modern backbones)"
-        ) from err
 
 
 def _downloaded_state(url: str) -> dict[str, Tensor]:
