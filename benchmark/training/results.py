@@ -1,10 +1,5 @@
-"""What a finished run records: its results row (`rows.ResultRow`) and `similarities.npz`.
-
-The row is built from the objects that ran (`result_row`), never re-derived from config
-strings, with its provenance (git sha, config hash, where it ran); the similarities file is
-written atomically (`atomic.replaced`). Reading or editing the results CSV is `rows`' job, which
-does not import Lightning.
-"""
+"""What a finished run records: its results row (`rows.ResultRow`), built from the objects that
+ran, never re-derived from config strings, and `similarities.npz`."""
 
 from __future__ import annotations
 

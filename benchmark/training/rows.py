@@ -1,9 +1,8 @@
 """The results CSV: one row per finished run (`ResultRow`), appended atomically by concurrent
 writers and read back as a table; importing this module does not import Lightning.
 
-The row is the unit the leaderboard aggregates, so it carries everything that makes two runs
-comparable (dataset, protocol, loss and its hyper-parameters, backbone, image size, P×K, seed,
-...), the metrics in percent, and where it came from (git sha, config hash, run directory).
+A row, the unit the leaderboard aggregates, carries everything that makes two runs comparable,
+the metrics in percent, and where it came from (git sha, config hash, run directory).
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """Token backbones (timm's ViT family): which names they are, how they are built, pooled, decayed.
 
-A token backbone's `forward_features` returns tokens [B, N, C] after its final norm: first its
-`num_prefix_tokens` prefix tokens (the CLS token, then DeiT's distillation token or DINOv2's
-registers), then the patch tokens, row by row. These are the timm models of the modules in
-`TOKEN_MODULES`: ViT, DINO, DINOv2 (with and without registers), CLIP image towers
-(`vision_transformer`), DeiT (`deit`) and EVA-02 (`eva`).
-
-They are built with timm's `dynamic_img_size=True, dynamic_img_pad=True`: any image size works,
-the positional embeddings are resampled (bicubic) to the image's patch grid at each forward, and
-an image whose side is not a multiple of the patch size is zero-padded at the right and bottom
-after normalisation (64 px with a patch of 14 is a 5 x 5 grid).
+A token backbone (a timm model of `TOKEN_MODULES`: ViT, DINO, DINOv2, CLIP, DeiT, EVA-02) returns
+from `forward_features` tokens [B, N, C] after its final norm: its `num_prefix_tokens` prefix
+tokens (CLS, then DeiT's distillation token or DINOv2's registers), then the patch tokens. Built
+with `dynamic_img_size=True, dynamic_img_pad=True`, it takes any image size: the positional
+embeddings are resampled to the patch grid, and a side that is not a multiple of the patch size
+is zero-padded at the right and bottom after normalisation.
 """
 
 from __future__ import annotations
@@ -39,10 +35,9 @@ def token_backbone_kwargs(name: str) -> dict[str, Any]:
 class TokenPool(nn.Module):
     """Tokens [B, N, C] -> [B, C] (`cls`, `patch_mean`) or [B, 2C] (`cls_patch_mean`).
 
-    `cls` is token 0; `patch_mean` is the mean of the patch tokens, leaving out the
-    `num_prefix_tokens` CLS, distillation and register tokens; `cls_patch_mean` concatenates the
-    two, CLS first. `norm`, given to `forward`, is applied to each part: the backbone's
-    `fc_norm`, for the timm models (EVA-02, `*_gap`) that normalise after pooling, not before.
+    `cls` is token 0; `patch_mean` the mean of the patch tokens (after the `num_prefix_tokens`);
+    `cls_patch_mean` both, CLS first. `norm`, given to `forward`, is applied to each part: the
+    backbone's `fc_norm`, for the timm models (EVA-02, `*_gap`) that normalise after pooling.
     """
 
     def __init__(self, kind: TokenPooling = "cls", num_prefix_tokens: int = 1) -> None:
