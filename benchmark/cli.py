@@ -1,16 +1,12 @@
-"""The `circlebench` command: a dispatcher to the package that owns each sub-command.
-
-`fit`, `validate` and `test` train and evaluate (`benchmark.training.cli`, a LightningCLI),
-`tune` searches a loss's hyper-parameters on folds of the training classes
-(`benchmark.tuning.command`), `leaderboard` runs a suite of them
-(`benchmark.leaderboard.command`), `data` lists and checks the real datasets
-(`benchmark.data.command`). Each package is imported only when its command runs, so
-`circlebench data list` does not pay for Lightning.
+"""The `circlebench` command: a dispatcher to the package that owns each sub-command
+(`COMMANDS`). Each package is imported only when its command runs, so `circlebench data list`
+does not pay for Lightning.
 """
 
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 
 from benchmark.errors import short_errors, take_debug_flag
 from benchmark.launch.frozen import import_frozen
@@ -30,17 +26,10 @@ TRAINING = ("fit", "validate", "test")  # LightningCLI sub-commands: they keep t
 # Commands that fork their runs from a server importing the training stack, and the options
 # with which they run none here. Started before the command's own imports, the server imports
 # beside them.
+_NO_RUNS_HERE = ("--launcher", "--plan", "-h", "--help")
 FORKING = {
-    "leaderboard": (
-        "--status",
-        "--aggregate-only",
-        "--isolation",
-        "--launcher",
-        "--plan",
-        "-h",
-        "--help",
-    ),
-    "tune": ("--launcher", "--plan", "-h", "--help"),
+    "leaderboard": ("--status", "--aggregate-only", "--isolation", *_NO_RUNS_HERE),
+    "tune": _NO_RUNS_HERE,
 }
 
 
@@ -74,34 +63,22 @@ def main(argv: list[str] | None = None) -> None:
     """Run the sub-command named by the first argument. From the shell (`argv` None) a
     mistake gets a short answer (`benchmark.errors`; `--debug` anywhere shows the traceback)."""
     args = take_debug_flag(list(sys.argv[1:] if argv is None else argv))
-    if argv is None:
-        sys.argv = [sys.argv[0], *args]  # LightningCLI reads it: --debug is not its option
     command = args[0] if args else ""
-    if argv is not None:  # a caller in Python (a test, a notebook) gets the exception itself
-        _run(command, args, from_shell=False)
-        return
-    with short_errors(f"circlebench {command}".strip()):
-        _run(command, args, from_shell=True)
+    # A caller in Python (a test, a notebook) gets the exception itself.
+    with short_errors(f"circlebench {command}".strip()) if argv is None else nullcontext():
+        if command in ("-h", "--help"):
+            print(usage())
+            return
+        if command not in COMMANDS:
+            what = f"unknown command {command!r}" if command else "no command given"
+            choices = ", ".join(COMMANDS)
+            raise SystemExit(f"circlebench: {what}; choose one of: {choices}\n\n{usage()}")
+        if forks_runs_here(command, args[1:]):
+            from benchmark.launch.fork_server import start_fork_server
 
-
-def _run(command: str, args: list[str], *, from_shell: bool) -> None:
-    if command in ("-h", "--help"):
-        print(usage())
-        return
-    if command not in COMMANDS:
-        what = f"unknown command {command!r}" if command else "no command given"
-        raise SystemExit(f"circlebench: {what}; choose one of: {', '.join(COMMANDS)}\n\n{usage()}")
-    if forks_runs_here(command, args[1:]):
-        from benchmark.launch.fork_server import start_fork_server
-
-        start_fork_server()
-    module = import_frozen(COMMANDS[command][0])  # the training stack, without GC passes
-    if command in TRAINING:
-        # From the shell, LightningCLI reads sys.argv itself: handed the same words as `args`
-        # it would warn on every run that both were given.
-        module.main(None if from_shell else args)
-    else:
-        module.main(args[1:])
+            start_fork_server()
+        module = import_frozen(COMMANDS[command][0])  # the training stack, without GC passes
+        module.main(args if command in TRAINING else args[1:])  # LightningCLI parses the command
 
 
 if __name__ == "__main__":

@@ -1,9 +1,8 @@
 """Short answers to a user's mistakes: what is wrong and the fix, in at most `MAX_LINES` lines.
 
-Every `circlebench` command runs under `short_errors`: an exception becomes its message (the
-file, key or value it names, and the fix it gives), with a hint at the classes of a module when
-a class path is unknown, and the process exits non-zero without a traceback. `--debug`
-(anywhere on the command line) or `CIRCLEBENCH_DEBUG=1` shows the traceback instead.
+Every `circlebench` command runs under `short_errors`: an exception becomes its message, with
+the classes of a module when a class path is unknown, and the process exits non-zero without a
+traceback; `--debug` (anywhere on the command line) or `CIRCLEBENCH_DEBUG=1` shows it instead.
 """
 
 from __future__ import annotations
@@ -75,13 +74,6 @@ def class_hint(message: str) -> str:
     return f"{found.group(1)} has: {', '.join(classes)}" if classes else ""
 
 
-def message_of(error: BaseException) -> str:
-    """The error's own message, led by its type unless it is a plain user error."""
-    text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
-    name = type(error).__name__
-    return text if isinstance(error, USER_ERRORS) and text else f"{name}: {text}"
-
-
 @contextlib.contextmanager
 def short_errors(prog: str) -> Iterator[None]:
     """Run the body; an exception becomes a short message on stderr and exit status 1."""
@@ -92,11 +84,14 @@ def short_errors(prog: str) -> Iterator[None]:
     except Exception as error:
         if debugging():
             raise
-        message = message_of(error)
+        # The error's own message, led by its type unless it is a plain user error.
+        text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+        user = isinstance(error, USER_ERRORS)
+        message = text if user and text else f"{type(error).__name__}: {text}"
         hint = class_hint(message)
         if hint and hint not in message:
             message = f"{message}\n{hint}"
-        if not isinstance(error, USER_ERRORS):
+        if not user:
             message += "\nthis may be a bug in circlebench: report it with the traceback"
         sys.stderr.write(f"{shortened(f'{prog}: error: {message}', DEBUG_HINT)}\n")
         raise SystemExit(1) from None

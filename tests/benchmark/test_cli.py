@@ -178,11 +178,11 @@ def test_dispatcher_sends_leaderboard_arguments_and_rejects_unknown_commands(mon
         main(["fitt"])
 
 
-def test_from_the_shell_lightning_reads_the_words_itself(
+def test_from_the_shell_and_from_python_the_training_cli_is_handed_the_words(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Handed sys.argv's own words as `args`, LightningCLI warns on every run that both were
-    given; the dispatcher hands it None then, and the words only when called with a list."""
+    """The dispatcher hands the training CLI the words after `circlebench` either way; handed
+    words, it parses them alone (no warning that sys.argv holds words too: the next test)."""
     import benchmark.training.cli
 
     seen: list[list[str] | None] = []
@@ -190,7 +190,7 @@ def test_from_the_shell_lightning_reads_the_words_itself(
     monkeypatch.setattr(sys, "argv", ["circlebench", "fit", "--config", "x.yaml"])
     main()
     main(["test", "--config", "y.yaml"])
-    assert seen == [None, ["test", "--config", "y.yaml"]]
+    assert seen == [["fit", "--config", "x.yaml"], ["test", "--config", "y.yaml"]]
 
 
 def test_a_cell_handed_its_words_does_not_warn_about_sys_argv(
