@@ -4,7 +4,7 @@
 itself. `query_gallery` (Market-1501, MSMT17): gallery items labelled -1 (junk) are dropped
 for every query, and a gallery item with the query's label AND camera is excluded from that
 query's ranking (neither positive nor negative), as in the re-ID evaluation code of both
-datasets. The ranks and the hardest-pair statistics both read the rule from here.
+datasets. Each argument check names the argument and the fix.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from torch import Tensor
 
-from benchmark.evaluation.inputs import check_cameras, check_embeddings, check_labels
 from core.protocols import PROTOCOLS, RetrievalProtocol
 
 __all__ = ["PROTOCOLS", "EvaluationSets", "RetrievalProtocol", "evaluation_sets", "excluded"]
@@ -38,6 +38,41 @@ class EvaluationSets:
     same_set: bool
 
 
+def _as_tensor(value: Tensor | np.ndarray, name: str) -> Tensor:
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value)
+    if isinstance(value, Tensor):
+        return value.detach().cpu()
+    raise ValueError(f"{name} must be a torch.Tensor or numpy array, got {type(value).__name__}")
+
+
+def _embeddings(value: Tensor | np.ndarray, name: str) -> Tensor:
+    """A non-empty float32 [N, D] tensor on the CPU (no copy if it is one); NaN, Inf and zero
+    rows are caught by `similarity.prepare`, which computes the norms anyway."""
+    x = _as_tensor(value, name)
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be 2-D [N, D], got shape {tuple(x.shape)}")
+    if x.shape[0] == 0 or x.shape[1] == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(x.shape)}); evaluate at least one item")
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be floating point, got {x.dtype}")
+    return x.to(torch.float32).contiguous()  # the reference is defined on float32 inputs
+
+
+def _labels(value: Tensor | np.ndarray, name: str, n: int, emb_name: str) -> Tensor:
+    """Integer labels [N] as int64; floats are refused rather than silently truncated."""
+    y = _as_tensor(value, name)
+    if y.ndim != 1:
+        raise ValueError(f"{name} must be 1-D [N], got shape {tuple(y.shape)}")
+    if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+        raise ValueError(
+            f"{name} must be integer class ids, got dtype {y.dtype}; cast with .long()"
+        )
+    if y.shape[0] != n:
+        raise ValueError(f"{name} has {y.shape[0]} entries but {emb_name} has {n} rows")
+    return y.to(torch.int64)
+
+
 def evaluation_sets(
     protocol: RetrievalProtocol,
     query_emb: Tensor | np.ndarray,
@@ -48,8 +83,8 @@ def evaluation_sets(
     gallery_cams: Tensor | np.ndarray | None = None,
 ) -> EvaluationSets:
     """Check the arguments of `RetrievalEvaluator.evaluate` and apply the protocol's set rules."""
-    q = check_embeddings(query_emb, "query_emb")
-    q_labels = check_labels(query_labels, "query_labels", q.shape[0], "query_emb")
+    q = _embeddings(query_emb, "query_emb")
+    q_labels = _labels(query_labels, "query_labels", q.shape[0], "query_emb")
     if protocol == "same_set":
         if gallery_emb is not None or gallery_labels is not None or gallery_cams is not None:
             raise ValueError(
@@ -62,11 +97,21 @@ def evaluation_sets(
             "query_gallery needs gallery_emb and gallery_labels; "
             "for a single set use protocol='same_set'"
         )
-    g = check_embeddings(gallery_emb, "gallery_emb")
+    g = _embeddings(gallery_emb, "gallery_emb")
     if g.shape[1] != q.shape[1]:
         raise ValueError(f"gallery_emb has dimension {g.shape[1]} but query_emb has {q.shape[1]}")
-    g_labels = check_labels(gallery_labels, "gallery_labels", g.shape[0], "gallery_emb")
-    q_cams, g_cams = check_cameras(query_cams, gallery_cams, q.shape[0], g.shape[0])
+    g_labels = _labels(gallery_labels, "gallery_labels", g.shape[0], "gallery_emb")
+    if (query_cams is None) != (gallery_cams is None):
+        given = "query_cams" if query_cams is not None else "gallery_cams"
+        raise ValueError(
+            f"{given} given without the other side's cameras: pass both query_cams and "
+            "gallery_cams (same id + same camera is excluded) or neither"
+        )
+    q_cams: Tensor | None = None
+    g_cams: Tensor | None = None
+    if query_cams is not None and gallery_cams is not None:
+        q_cams = _labels(query_cams, "query_cams", q.shape[0], "query_emb")
+        g_cams = _labels(gallery_cams, "gallery_cams", g.shape[0], "gallery_emb")
     kept = g_labels != JUNK
     if not bool(kept.all()):
         g, g_labels = g[kept], g_labels[kept]
