@@ -1,11 +1,9 @@
 """The shortlist's arithmetic: which low-precision product fills each similarity block.
 
 Every arithmetic keeps the evaluator exact (`ranks` re-checks whatever its bound leaves
-undecided); they differ in speed, and the speed depends on the hardware.
-Each block score s̃ is within ε of the reference s (`similarity.shortlist_error`, with
-x̂ = x̃ + δx: ε = ||x̃||·||δy|| + ||δx||·||ỹ|| + ||δx||·||δy|| on the measured copies, plus
-float32 accumulation γ_D = D·2⁻²⁴/(1 - D·2⁻²⁴) for floating-point sums, plus 2⁻²⁴), and the
-block's output rounding is added per threshold:
+undecided); they differ in speed, which depends on the hardware. Each block score s̃ is within
+ε of the reference s (`similarity.shortlist_error`, δ the copies' error), plus its output
+rounding per threshold (`similarity.output_error`):
 
 - `float32`: float32 products and output; δ = 0, so ε ≈ γ_D + 2⁻²⁴ (≈ 3·10⁻⁵ at D = 512).
 - `bfloat16`: bfloat16 inputs (||δ|| ≈ 2⁻⁹), float32 sums; bfloat16 output on the CPU
@@ -14,10 +12,10 @@ block's output rounding is added per threshold:
 - `float16`: float16 inputs (||δ|| ≈ 2⁻¹²), float32 sums and output (on a CPU, a float32
   product of the float16 values: exact products, the same bound). ε ≈ 0.0005.
 
-`auto` takes float32 or bfloat16 by a rule on the device's facts (`choice`). float32 blocks use
-numpy's BLAS or torch's by another (`sgemm`). The argument `arithmetic=` of
-`RetrievalEvaluator`, else the environment variable CIRCLEBENCH_EVAL_ARITHMETIC, overrides it;
-a named arithmetic runs even where the hardware lacks it, in a slow form with the same bound.
+`auto` takes float32 or bfloat16 by a rule on the device's facts (`choice`); the argument
+`arithmetic=` of `RetrievalEvaluator`, else the environment variable CIRCLEBENCH_EVAL_ARITHMETIC,
+overrides it. A named arithmetic runs even where the hardware lacks it, in a slow form with the
+same bound.
 """
 
 from __future__ import annotations
@@ -69,24 +67,21 @@ def requested(argument: str) -> str:
 
 def sgemm() -> str:
     """ "numpy" or "torch": whose float32 product the CPU blocks use, by the CPU's vendor, never
-    by a timing taken while other jobs may run: numpy's BLAS (OpenBLAS in its wheels) on AMD,
-    torch's (MKL) elsewhere, the faster on each kind (docs/benchmarks/evaluation.md)."""
+    by a timing: numpy's BLAS (OpenBLAS) on AMD, torch's (MKL) elsewhere, the faster on each
+    kind (docs/benchmarks/evaluation.md)."""
     return "numpy" if cpu_field("vendor_id") == "AuthenticAMD" else "torch"
 
 
-def block(name: str, device: torch.device) -> Block:
-    """The block function (query copy, gallery copy) -> Shortlist of arithmetic `name`; float32
-    blocks on the CPU by `sgemm`'s engine (every engine gives the same metrics: the re-check is
-    exact)."""
+def block(device: torch.device, *, faiss: bool = False) -> Block:
+    """The block function (query copy, gallery copy) -> Shortlist on `device`: faiss's float32
+    product (`backend="faiss"`), else torch's in the copies' dtype, float32 on the CPU by
+    `sgemm`'s engine (every engine gives the same metrics: the re-check is exact)."""
+    if faiss:
+        return lambda query, gallery: FaissShortlist(gallery, device)
     if device.type == "cuda":
         return lambda query, gallery: CudaShortlist(gallery)
     engine = sgemm()
     return lambda query, gallery: CpuShortlist(gallery, engine)
-
-
-def faiss_block(device: torch.device) -> Block:
-    """float32 blocks by faiss (`backend="faiss"`): BLAS on the CPU, faiss-gpu on CUDA."""
-    return lambda query, gallery: FaissShortlist(gallery, device)
 
 
 class CpuShortlist:

@@ -1,16 +1,10 @@
 """`auto`: the shortlist arithmetic by a rule on the device's facts, never by a timing.
 
-- float32 below `SMALL_MACS` multiply-adds: a small evaluation's products take less time than
-  setting up another arithmetic's copies and scans would save;
-- bfloat16 where the device multiplies it natively: an x86 CPU with AVX-512-BF16 or AMX, an ARM
-  CPU with BF16, a CUDA GPU of compute capability 8 or more;
-- float32 everywhere else: without native bfloat16 products a bfloat16 block is converted to
-  float32 and costs more than float32's own.
-
-Every arithmetic is exact (`ranks` re-checks what its bound leaves undecided), so the rule moves
-time and memory, never the metrics. A named arithmetic (`arithmetic=`, or the environment
-variable) overrides it. The measurements behind the rule, per CPU kind, are in
-docs/benchmarks/evaluation.md.
+float32 below `SMALL_MACS` multiply-adds (a small evaluation's products cost less than another
+arithmetic's copies and scans save); above it bfloat16 where the device multiplies it natively
+(x86 AVX-512-BF16 or AMX, ARM BF16, CUDA compute capability ≥ 8), float32 elsewhere (converted
+bfloat16 blocks cost more than float32's own). Every arithmetic is exact, so the rule moves time
+and memory, never the metrics. The measurements per CPU kind: docs/benchmarks/evaluation.md.
 """
 
 from __future__ import annotations

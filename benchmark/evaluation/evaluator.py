@@ -63,16 +63,14 @@ class RetrievalEvaluator:
             `query_gallery` (gallery items with the query's id and camera excluded, junk
             gallery labels -1 ignored, queries without a positive skipped and counted).
         ks: the K of `R@K` (CMC rank-K for re-ID), each ≥ 1.
-        metrics: names from the registry `evaluation.metrics.METRICS` ("recall", "mAP",
-            "MAP@R", "R-Precision", "NMI").
+        metrics: names from the registry `evaluation.metrics.METRICS`.
         backend: "torch" (shortlist products by torch, in `arithmetic`), "faiss" (float32
             shortlist by faiss, CPU or GPU) or "auto" (torch on the chosen device).
         device: "cpu", "cuda" or "auto" (CUDA when available).
-        arithmetic: the torch shortlist's arithmetic, "bfloat16", "float16", "float32",
-            or "auto": the environment variable CIRCLEBENCH_EVAL_ARITHMETIC, else
-            `benchmark.evaluation.choice`'s rule (float32 for small evaluations, bfloat16
-            where the device multiplies it natively, float32 elsewhere).
+        arithmetic: the torch shortlist's arithmetic, "bfloat16", "float16", "float32", or
+            "auto": the environment variable CIRCLEBENCH_EVAL_ARITHMETIC, else `choice`'s rule.
         chunk_size: queries per similarity block; memory is about chunk_size × gallery × 2 bytes.
+        nmi_seed: the seed of NMI's k-means.
         rerank: None (rank by cosine similarity), "k-reciprocal" (Zhong et al. 2017, k1=20,
             k2=6, λ=0.3) or a `rerank.KReciprocal`; `query_gallery` only, always on the CPU
             with float32 products (`backend` and `device` then choose nothing but NMI's copy).
@@ -114,10 +112,9 @@ class RetrievalEvaluator:
                 f"backend='faiss' computes float32 blocks, got arithmetic={arithmetic!r}; "
                 "use backend='torch' for other arithmetics"
             )
-        self.arithmetic = arithmetic
         self.protocol, self.ks, self.metrics = protocol, ks, tuple(metrics)
         self.backend, self.device, self.chunk_size = backend, device, chunk_size
-        self.nmi_seed = nmi_seed
+        self.nmi_seed, self.arithmetic = nmi_seed, arithmetic
         if rerank is not None and protocol != "query_gallery":
             raise ValueError(
                 f"rerank={rerank!r} re-ranks a gallery for each query: it needs "
@@ -131,41 +128,38 @@ class RetrievalEvaluator:
         """The backend of the last `evaluate` call ("" before the first)."""
         return self.last_report.backend if self.last_report is not None else ""
 
-    def _resolve(self) -> tuple[torch.device, str]:
-        """(device, arithmetic) of this call: a name, "faiss" for the faiss backend, or "auto"
-        (decided on the sets by `choice`)."""
+    def _device(self) -> torch.device:
+        """This call's device; the CPU for a faiss built without GPU support, with a warning."""
         try:
             cuda = chosen_device(self.device).type == "cuda"
         except ValueError as error:
             raise ValueError(f"device='cuda' but {error}; use device='cpu'") from None
-        if self.backend == "faiss":
-            if cuda and not faiss_has_gpu(import_faiss()):
-                warnings.warn(
-                    "backend='faiss' on CUDA: this faiss has no GPU support, so its CPU "
-                    f"product runs instead; to run it on the GPU, {FAISS_GPU_HINT}",
-                    stacklevel=3,
-                )
-                cuda = False
-            return torch.device("cuda" if cuda else "cpu"), "faiss"
-        device = torch.device("cuda" if cuda else "cpu")
-        return device, _arithmetic.requested(self.arithmetic)
+        if cuda and self.backend == "faiss" and not faiss_has_gpu(import_faiss()):
+            warnings.warn(
+                "backend='faiss' on CUDA: this faiss has no GPU support, so its CPU "
+                f"product runs instead; to run it on the GPU, {FAISS_GPU_HINT}",
+                stacklevel=3,
+            )
+            cuda = False
+        return torch.device("cuda" if cuda else "cpu")
 
     def _blocks(
         self, sets: EvaluationSets, qe: UnitEmbeddings, ge: UnitEmbeddings, arithmetic: str
     ) -> tuple[str, Block, Block | None, UnitEmbeddings, UnitEmbeddings]:
         """(name, block function, float32 fallback for an overflowing band, query and gallery
-        sets in its low dtype) of `arithmetic`; "auto" is decided here, by `choice`'s rule."""
+        sets in its low dtype) of `arithmetic` ("faiss" for the faiss backend); "auto" is decided
+        here, by `choice`'s rule."""
         device = qe.device
         if arithmetic == "faiss":
             name = f"faiss-{device.type}-float32"
-            return name, _arithmetic.faiss_block(device), None, qe, ge
+            return name, _arithmetic.block(device, faiss=True), None, qe, ge
         if arithmetic == "auto":
             arithmetic = _choice.choose(sets, device)
         low = _arithmetic.LOW_DTYPES[arithmetic]
         qe = qe.in_dtype(low)
         ge = qe if sets.same_set else ge.in_dtype(low)
-        block = _arithmetic.block(arithmetic, device)
-        fallback = None if arithmetic == "float32" else _arithmetic.block("float32", device)
+        block = _arithmetic.block(device)
+        fallback = None if arithmetic == "float32" else block
         return f"torch-{device.type}-{arithmetic}", block, fallback, qe, ge
 
     @like_torch()  # the compiled scans and re-checks: as many threads as torch's
@@ -190,7 +184,8 @@ class RetrievalEvaluator:
             self.protocol, query_emb, query_labels, gallery_emb, gallery_labels,
             query_cams, gallery_cams,
         )  # fmt: skip
-        device, arithmetic = self._resolve()
+        device = self._device()
+        arithmetic = "faiss" if self.backend == "faiss" else _arithmetic.requested(self.arithmetic)
         qe = prepare(
             sets.query, "query_emb", low_dtype=torch.float32, device=device, chunk=self.chunk_size
         )

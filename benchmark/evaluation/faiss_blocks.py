@@ -1,16 +1,14 @@
 """faiss as the shortlist's float32 product (`backend="faiss"`), and which faiss is installed.
 
-faiss comes as one of two distributions, chosen by the extra: `circlebench[cpu]` installs
-faiss-cpu, `circlebench[gpu]` faiss-gpu (or a CUDA-specific faiss-gpu-cu12 installed by hand).
+`circlebench[cpu]` installs faiss-cpu, `circlebench[gpu]` faiss-gpu (or faiss-gpu-cu12 by hand).
 Both write the same `faiss/` files (faiss issue #2892): with both installed, `import faiss`
-loads whichever pip wrote last, and uninstalling either one breaks it. `import_faiss` detects
-that and says how to keep one.
+loads whichever pip wrote last, and uninstalling either one breaks it; `import_faiss` says how
+to keep one.
 
-On the CPU a block is `faiss.pairwise_distances` (BLAS). On CUDA the gallery stays on the GPU
-as the float32 copy the evaluator made (uploaded once), one `StandardGpuResources` serves the
-process, and each query block is faiss's brute-force kernel (`bfKnn` with k = -1) on torch's
-stream, writing every score into a device block. The scans need every score of a block, not
-a top k, which is why no `GpuIndexFlatIP.search` is used: its k stops at 2,048.
+On the CPU a block is `faiss.pairwise_distances` (BLAS). On CUDA the gallery's float32 copy is
+uploaded once, one `StandardGpuResources` per device serves the process, and each block is
+faiss's brute-force kernel (`bfKnn`, k = -1) on torch's stream: the scans need every score of
+a block, and `GpuIndexFlatIP.search` stops at k = 2,048.
 """
 
 from __future__ import annotations
@@ -112,38 +110,30 @@ class FaissShortlist:
             g_np, q_np = self._gallery_np[start:], q.cpu().numpy()
             scores = faiss.pairwise_distances(q_np, g_np, faiss.METRIC_INNER_PRODUCT)
             return torch.from_numpy(scores)
+        # out = q · gᵀ by faiss's brute-force kernel on torch's current stream (what
+        # `faiss.contrib.torch_utils` does, without patching faiss's functions for the process).
         g = self._gallery[start:]  # rows of a contiguous tensor: contiguous
         q = q.to(g.device, torch.float32).contiguous()
         out = torch.empty(q.shape[0], g.shape[0], device=g.device)  # [B, N - start]
-        inner_products_gpu(faiss, self._resources, q, g, out)
+        params = faiss.GpuDistanceParams()
+        params.metric = faiss.METRIC_INNER_PRODUCT
+        params.k = -1  # every distance, no selection
+        params.dims = q.shape[1]
+        params.vectors = faiss.cast_integer_to_float_ptr(g.data_ptr())
+        params.vectorsRowMajor = True
+        params.vectorType = faiss.DistanceDataType_F32
+        params.numVectors = g.shape[0]
+        params.queries = faiss.cast_integer_to_float_ptr(q.data_ptr())
+        params.queriesRowMajor = True
+        params.queryType = faiss.DistanceDataType_F32
+        params.numQueries = q.shape[0]
+        params.outDistances = faiss.cast_integer_to_float_ptr(out.data_ptr())
+        params.device = g.device.index
+        before = self._resources.getDefaultStream(params.device)
+        stream = torch.cuda.current_stream(g.device).cuda_stream
+        self._resources.setDefaultStream(params.device, faiss.cast_integer_to_cudastream_t(stream))
+        try:
+            faiss.bfKnn(self._resources, params)
+        finally:
+            self._resources.setDefaultStream(params.device, before)
         return self._host.copy(out)
-
-
-def inner_products_gpu(
-    faiss: ModuleType, resources: Any, q: Tensor, g: Tensor, out: Tensor
-) -> None:
-    """out [B, N] = q [B, D] · g [N, D]ᵀ by faiss's brute-force kernel, all CUDA float32
-    contiguous tensors, on torch's current stream (what `faiss.contrib.torch_utils` does,
-    without patching faiss's functions for the whole process)."""
-    params = faiss.GpuDistanceParams()
-    params.metric = faiss.METRIC_INNER_PRODUCT
-    params.k = -1  # every distance, no selection
-    params.dims = q.shape[1]
-    params.vectors = faiss.cast_integer_to_float_ptr(g.data_ptr())
-    params.vectorsRowMajor = True
-    params.vectorType = faiss.DistanceDataType_F32
-    params.numVectors = g.shape[0]
-    params.queries = faiss.cast_integer_to_float_ptr(q.data_ptr())
-    params.queriesRowMajor = True
-    params.queryType = faiss.DistanceDataType_F32
-    params.numQueries = q.shape[0]
-    params.outDistances = faiss.cast_integer_to_float_ptr(out.data_ptr())
-    params.device = g.device.index if g.device.index is not None else torch.cuda.current_device()
-    stream = torch.cuda.current_stream(g.device)
-    before = resources.getDefaultStream(params.device)
-    ours = faiss.cast_integer_to_cudastream_t(stream.cuda_stream)
-    resources.setDefaultStream(params.device, ours)
-    try:
-        faiss.bfKnn(resources, params)
-    finally:
-        resources.setDefaultStream(params.device, before)
