@@ -1,11 +1,9 @@
 """Compiled row passes of `similarity`: float32 norms and the dot products of scattered pairs.
 
-Every kernel is serial and releases the GIL; `on_threads` runs it over pieces of its range on
-torch's threads: a serial kernel compiles faster than a parallel (`prange`) one, and the first
-evaluation after an install pays for the compiling (docs/benchmarks/evaluation.md).
-
-Band pairs are scattered over the gallery, so a sampled (SDDMM) product would need them sorted
-into a sparse pattern; one compiled loop over the pairs reads each row in place, in any order.
+Every kernel is serial and releases the GIL; `on_threads` runs it on torch's threads, since a
+serial kernel compiles faster than a parallel one (docs/benchmarks/evaluation.md). One loop over
+the pairs reads each row in place, in any order, where a sampled (SDDMM) product would need
+them sorted into a sparse pattern.
 """
 
 from __future__ import annotations

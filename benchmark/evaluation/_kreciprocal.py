@@ -1,9 +1,7 @@
 """Compiled loops of k-reciprocal re-ranking (`rerank`): neighbour lists, R*, d_J, counting.
 
-Each loop is a plain transcription of one step, run over rows in parallel; every output row is
-written by one thread in a fixed order, so the float64 sums do not depend on the number of
-threads or on how the rows are chunked. A row is read once, where torch passes over chunk × N
-arrays (top-k and merges, searchsorted, masks) each went over the whole array again.
+Each loop transcribes one step, over rows in parallel; every output row is written by one
+thread in a fixed order, so the float64 sums depend neither on threads nor on chunking.
 """
 
 from __future__ import annotations

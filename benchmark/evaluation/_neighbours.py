@@ -1,17 +1,11 @@
 """Exact nearest-neighbour lists of a whole set, from float32 panels and exact re-checks.
 
-Re-ranking needs, for every item of probe ∪ gallery (N items), its `width` most similar items
-under the reference similarity s of `similarity` (ties by index) and its least similar one.
-The N × N matrix does not fit (1.5 GB in float32 at Market-1501's 19,281 items), so panel p
-holds the float32 products s̃ of rows [a, b) × columns [a, N) (each pair once) in one reused
-buffer, and every row keeps a running list of its `width + margin` largest and `margin`
-smallest s̃: from the panel's rows, and, read transposed, from its columns beyond b
-(`_kreciprocal.fold_panel`, one pass over the panel).
-
-With |s̃ - s| ≤ ε (`shortlist_error`) and v the width-th largest s̃ of a row, the width items
-of largest s̃ all have s ≥ v - ε, so every item of the exact top `width` has s̃ ≥ v - 2ε: those
-candidates get their exact s. A row whose list ends inside that margin (near-ties) may miss
-some, so it is recomputed whole. The least similar item is found the same way.
+For every item of the N, its `width` most similar items under the reference similarity s (ties
+by index) and its least similar one. Panels of float32 products s̃ (rows [a, b) × columns
+[a, N), each pair once) fold into each row's running lists of its largest and smallest s̃
+(`_kreciprocal.fold_panel`). With |s̃ - s| ≤ ε and v a row's width-th largest s̃, every item of
+the exact top `width` has s̃ ≥ v - 2ε: those candidates get their exact s, and a row whose list
+ends inside that margin is recomputed whole. The least similar item is found the same way.
 """
 
 from __future__ import annotations

@@ -2,15 +2,12 @@
 
 A block holds shortlist scores s̃ as raw float bits (int16 for bfloat16, int32 for float32).
 For query i with positives' reference similarities t_1 ≤ … ≤ t_w (a ragged segment
-`ptr[i]:ptr[i+1]`), a negative with score s̃ and |s̃ - s| ≤ ε_k is surely at or above t_k when
-s̃ ≥ t_k + ε_k (key ≥ hi_k) and surely below it when s̃ < t_k - ε_k (key < lo_k). When both
-counts agree, `hist[i, count] += 1`; otherwise the pair is in the band and goes to a finer check.
-
-Keys are the sign-magnitude integers of float32 bit patterns (ordered like the values, -0 = +0).
-Rows with a positive floor compare the raw bits directly, which the compiler vectorises; that
-is what makes the pass cheaper than torch's compare + nonzero + gather (see `bench eval`).
-The scans are parallel (`prange`): serial ones on threads compile faster but run slower per
-unit (docs/benchmarks/evaluation.md).
+`ptr[i]:ptr[i+1]`), a negative with |s̃ - s| ≤ ε_k is surely at or above t_k when key ≥ hi_k
+and surely below it when key < lo_k. When both counts agree, `hist[i, count] += 1`; otherwise
+the pair is in the band and goes to a finer check. Keys are the sign-magnitude integers of
+float32 bit patterns (ordered like the values, -0 = +0); a vectorised compare of the raw bits
+against the query's floor skips most scores first. The scans are parallel (`prange`): serial
+ones on threads compile faster but run slower (docs/benchmarks/evaluation.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Shortlist blocks computed on a GPU and read on the host, where the scans run.
-
-`CudaShortlist` multiplies on the device in the copy's dtype, with float32 sums
-(`precision.ieee_float32`), and copies each block once into one reused page-locked host
-buffer (`HostBlock`); the compiled scans then read host memory.
+"""Shortlist blocks computed on a GPU and copied once into a reused page-locked host buffer
+(`HostBlock`), where the compiled scans read them.
 """
 
 from __future__ import annotations
@@ -38,14 +35,11 @@ class HostBlock:
 
 
 class CudaShortlist:
-    """Products on the GPU: bfloat16/float16 inputs with float32 sums, or float32.
-
-    With `torch.mm(out_dtype=float32)` (torch ≥ 2.8, `out_dtype=True`) every block reads as
-    float32. Older torch has no such product, so bfloat16 blocks come out in bfloat16 (float32
-    sums rounded once, which `similarity.output_error` bounds, as on the CPU) and float16
-    blocks are float32 products of the float16 values (exact: 22-bit products fit in float32),
-    one gallery tile at a time. The device is the gallery copy's; on a CPU copy the same
-    arithmetic runs there (the tests check it that way).
+    """Products on the gallery copy's device (a CPU copy runs the same arithmetic there, as in
+    the tests): bfloat16/float16 inputs with float32 sums, or float32, read as float32. Without
+    `torch.mm(out_dtype=...)` (torch < 2.8, `out_dtype=False`) bfloat16 blocks come out in
+    bfloat16 (bounded by `similarity.output_error`) and float16 blocks are float32 products of
+    the float16 values (exact), one gallery tile at a time.
     """
 
     _TILE = 8192  # float16 gallery rows widened to float32 at once (torch < 2.8)

@@ -1,8 +1,7 @@
 """Per query, the hardest positive and the hardest negative similarity (Circle paper, Fig. 4/5).
 
-The lowest positive s_p and the highest negative s_n of each query show where a trained model
-sits relative to a loss's decision boundary; `similarities.npz` of a run and the leaderboard's
-scatter plots are built from them. The sets and exclusions are the evaluator's (`sets`).
+They show where a trained model sits relative to a loss's decision boundary (a run's
+`similarities.npz`, the leaderboard's scatter plots); sets and exclusions are the evaluator's.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The product arithmetic the shortlist bounds assume, whatever precision the caller allowed.
 
-`similarity.shortlist_error` bounds float32 sums of exact products. Two kinds of setting break
-that and are each set by users for speed: TF32 or bfloat16 modes for float32 products
-(`torch.set_float32_matmul_precision("high"|"medium")`, the legacy
-`torch.backends.cuda.matmul.allow_tf32 = True`, which Lightning suggests on Ampere and later, or
-torch ≥ 2.9's per-backend `fp32_precision`), and cuBLAS's reduced-precision reductions of
-bfloat16/float16 products (on by default) or float16 accumulation.
-
-torch ≥ 2.9 keeps the legacy and the new TF32 settings side by side and refuses a product when
-they disagree ("mix of the legacy and new APIs"), so the settings are changed only through
+`similarity.shortlist_error` bounds float32 sums of exact products, which TF32/bfloat16 modes
+for float32 products (`torch.set_float32_matmul_precision`, the legacy `allow_tf32`, torch ≥
+2.9's `fp32_precision`) and cuBLAS's reduced-precision reductions break. torch ≥ 2.9 refuses a
+product when its legacy and new TF32 settings disagree, so they are changed only through
 `torch.set_float32_matmul_precision`, which sets both, and restored value by value.
 """
 
