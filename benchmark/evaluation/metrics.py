@@ -8,14 +8,14 @@ For a query with R positives at 1-based positions p_1 < … < p_R of its ranking
     R-Precision  = #{k : p_k ≤ R} / R                           (Musgrave et al., 2020)
     INP          = R / p_R                                      (mINP = mean; Ye et al., 2021)
 
-Each is averaged over the queries that have at least one positive. NMI is computed from the
-embeddings (k-means), not from the ranks. The evaluator, the results rows, the leaderboard's
-aggregation, markdown and plots all read `METRICS`: adding a metric is one `Metric` entry (and
-its test).
+Each is averaged over the queries that have at least one positive; NMI clusters the embeddings
+instead. The evaluator, results rows and leaderboard all read `METRICS`: adding a metric is one
+`Metric` entry (and its test).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -69,9 +69,9 @@ class Positions:
 
 
 def _recall(p: Positions, ks: Sequence[int]) -> dict[str, float]:
-    first = p.first()
-    hit = (lambda k: (first <= k).to(torch.float64).mean().item()) if p.n_queries else None
-    return {f"R@{k}": hit(k) if hit else 0.0 for k in ks}
+    if p.n_queries == 0:
+        return {f"R@{k}": 0.0 for k in ks}
+    return {f"R@{k}": (p.first() <= k).to(torch.float64).mean().item() for k in ks}
 
 
 def _average_precision(p: Positions, ks: Sequence[int]) -> dict[str, float]:
@@ -94,15 +94,9 @@ def _inverse_negative_penalty(p: Positions, ks: Sequence[int]) -> dict[str, floa
 
 @dataclass(frozen=True)
 class Metric:
-    """One registered metric.
-
-    Args:
-        name: what `RetrievalEvaluator(metrics=...)` selects.
-        column: its result key and results-row column; `{k}` stands for each K (`R@{k}`).
-        from_ranks: the formula on the positives' positions; None for NMI, which clusters the
-            embeddings instead.
-        protocols: the protocols it is defined for.
-    """
+    """One registered metric: `name` is what `RetrievalEvaluator(metrics=...)` selects, `column`
+    its result key and results-row column (`{k}` stands for each K: `R@{k}`), `from_ranks` its
+    formula on the positives' positions (None for NMI, which clusters the embeddings)."""
 
     name: str
     column: str
@@ -111,12 +105,11 @@ class Metric:
 
     def owns(self, column: str) -> int | None:
         """K of `column` for a per-K metric (0 for the others) if `column` is ours, else None."""
-        if "{k}" not in self.column:
+        prefix, per_k, suffix = self.column.partition("{k}")
+        if not per_k:
             return 0 if column == self.column else None
-        prefix, suffix = self.column.split("{k}")
-        middle = column[len(prefix) : len(column) - len(suffix)]
-        fits = column.startswith(prefix) and column.endswith(suffix) and middle.isdigit()
-        return int(middle) if fits and len(column) > len(prefix) + len(suffix) else None
+        found = re.fullmatch(re.escape(prefix) + r"(\d+)" + re.escape(suffix), column)
+        return int(found[1]) if found else None
 
 
 METRICS: tuple[Metric, ...] = (
