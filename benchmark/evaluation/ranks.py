@@ -5,12 +5,9 @@ For a query with positives of reference similarities t_1 ≥ … ≥ t_R, the k-
     position_k = k + #{negatives j : s_j ≥ t_k}          (1-based; ties rank negatives first)
 
 and every metric is a function of these positions. The counts come from one low-precision
-similarity block per query chunk (`bands`): a score s̃ more than ε_k away from t_k
-(|s̃ - s| ≤ ε_k, see `similarity.shortlist_error` and `output_error`) is on a known side of it,
-and only the pairs within ε_k of some threshold, the band, get a float32 re-check, then, if
-still unsure, their exact similarity. A chunk whose band holds more than `FALLBACK_SHARE` of
-its pairs is counted again with float32 blocks. Memory is one block of `chunk × N` shortlist
-scores plus one threshold and one counter per positive pair.
+similarity block per query chunk, whose band is settled exactly (`bands`); a chunk whose band
+holds more than `FALLBACK_SHARE` of its pairs is counted again with float32 blocks. Memory is
+one block of `chunk × N` shortlist scores plus one threshold and one counter per positive pair.
 """
 
 from __future__ import annotations
@@ -42,12 +39,9 @@ FALLBACK_SHARE = 0.05
 
 @dataclass(frozen=True)
 class PositiveRanks:
-    """Positions of the positives, query by query.
-
-    `positions [P]` int64, 1-based and ascending within each query; `counts [Q]` the number of
-    positives R of each query (0 for a skipped query); queries in label order
-    (the metrics are means over queries, so the order does not matter).
-    """
+    """`positions [P]` int64, 1-based and ascending within each query; `counts [Q]` the number
+    of positives R of each query (0 for a skipped query). Queries may come in any order (label
+    order here): the metrics are means over queries."""
 
     positions: Tensor
     counts: Tensor
@@ -96,13 +90,11 @@ def positive_ranks(
     chunk_size: int,
     fallback: Block | None = None,
 ) -> PositiveRanks:
-    """Positions of all positives of every query of `sets` (embedded as q and g); see the module
-    docstring for the rule.
+    """Positions of all positives of every query of `sets` (embedded as q and g).
 
-    Excluded from each query's ranking: itself (`same_set`), and the pairs `sets.excluded`
-    names (same label, same camera). Junk gallery items must be removed by the caller.
-    `fallback` (float32 blocks, for a coarser `block`) recomputes a chunk whose band holds more
-    than `FALLBACK_SHARE` of its pairs: re-checking them would cost more than its product.
+    Excluded from each query's ranking: itself (`same_set`) and the pairs `sets.excluded` names;
+    junk gallery items must be removed by the caller. `fallback` (float32 blocks, for a coarser
+    `block`) recomputes a chunk whose band holds more than `FALLBACK_SHARE` of its pairs.
     """
     q_labels, q_cams, g_cams = sets.query_labels, sets.query_cams, sets.gallery_cams
     if sets.same_set:
@@ -144,7 +136,7 @@ def positive_ranks(
 
 @dataclass
 class _Panels:
-    """One arithmetic's blocks over a same_set evaluation in label order (`_same_set_ranks`)."""
+    """One arithmetic's blocks over a same_set evaluation in label order."""
 
     q: UnitEmbeddings
     order: Tensor
@@ -154,12 +146,11 @@ class _Panels:
 
     @staticmethod
     def of(q: UnitEmbeddings, order: Tensor, block: Block, pairs: Tensor, sims: Tensor) -> _Panels:
-        gallery = q.gallery.rows(order)
-        query = gallery if q.query is q.gallery else q.query.rows(order)  # one copy for both
-        shortlist = block(query, gallery)
+        copy = q.gallery.rows(order)  # the query and gallery copies are one
+        shortlist = block(copy, copy)
         eps_in = shortlist_error(q, q)
         tab = threshold_tables(pairs, sims, order.numel(), eps_in, shortlist.readout)
-        return _Panels(q, order, query.values, shortlist, tab)
+        return _Panels(q, order, copy.values, shortlist, tab)
 
     def count(self, s: int, e: int, same: Tensor, fallback: Block | None) -> bool:
         """Count panel rows [s, e) × columns [s, N) into the table; False, with the histogram
@@ -181,11 +172,9 @@ class _Panels:
 def _same_set_ranks(
     q: UnitEmbeddings, labels: Tensor, block: Block, chunk_size: int, fallback: Block | None
 ) -> PositiveRanks:
-    """same_set: items in label order; panel p holds rows [s, e) × columns [s, N), so every
-    pair is computed once. Rows count the panel's own queries, columns ≥ e (transposed) count
-    the later ones; same-label pairs (the item itself and its positives) are not negatives.
-    A panel whose band overflows is counted again from scratch by `fallback`'s float32 blocks.
-    """
+    """same_set: items in label order; a panel holds rows [s, e) × columns [s, N), so every
+    pair is computed once: rows count the panel's own queries, columns ≥ e (transposed) the
+    later ones. A panel whose band overflows is counted again by `fallback`'s float32 blocks."""
     order = torch.argsort(labels, stable=True)
     lab = labels[order]
     n = lab.numel()

@@ -1,36 +1,20 @@
 """k-reciprocal re-ranking (Zhong, Zheng, Cao, Li, CVPR 2017) for the query_gallery protocol.
 
-Probes P (the queries) and gallery G form one set of N = |P| + |G| items, as in the paper.
-With s the reference cosine similarity (`similarity`) and, as in the authors' code:
+Probes and gallery form one set of N items; with s the reference similarity (`similarity`), as
+in the authors' code (docs/evaluation/rerank.md has the full definitions and where the code
+departs from the paper):
 
-    d(p, g)   = (2 - 2 s(p, g)) / max_j (2 - 2 s(p, j))   squared distance of unit vectors,
-                                                          over its row's maximum (j ∈ P ∪ G)
-    N_m(p)    = the m items nearest to p in P ∪ G (p itself included), ties by index
-    R(p, k)   = {g ∈ N_{k+1}(p) : p ∈ N_{k+1}(g)}         k-reciprocal neighbours
-    R*(p, k)  = R(p, k) ∪ R(q, ½k) for each q ∈ R(p, k)   ½-expansion (½k rounded half to even)
-                with |R(q, ½k) ∩ R(p, k)| > ⅔ |R(q, ½k)|
-    V_p[g]    = exp(-d(p, g)) / Σ_{j ∈ R*(p, k1)} exp(-d(p, j))   for g ∈ R*(p, k1), else 0
-    V_p      ← (1/k2) Σ_{q ∈ N_k2(p)} V_q                 local query expansion (if k2 > 1)
-    d_J(p, g) = 1 - Σ_j min(V_p[j], V_g[j]) / Σ_j max(V_p[j], V_g[j])       Jaccard distance
+    d(p, g)   = (2 - 2 s(p, g)) / max_j (2 - 2 s(p, j))   over all N items j
+    R*(p, k1) = the k1-reciprocal neighbours of p, ½-expanded
+    V_p[g]    = exp(-d(p, g)) normalised over g ∈ R*(p, k1), then averaged over p's k2 nearest
+    d_J(p, g) = 1 - Σ_j min(V_p[j], V_g[j]) / Σ_j max(V_p[j], V_g[j])
     d*(p, g)  = (1 - λ) d_J(p, g) + λ d(p, g)              defaults k1 = 20, k2 = 6, λ = 0.3
 
-The gallery is ranked by d* ascending. Where the paper's text and its code differ, this follows
-the code, whose numbers re-ID papers report: N includes p, the expansion test is strict, and d
-is normalised by its row's maximum; values are float64 where the code uses float16/float32.
-The set rules are those of `sets`: junk is removed before re-ranking, and a gallery item with
-the query's id and camera stays in the graph but leaves that query's ranking.
-
-Memory (Market-1501: 3,368 + 15,913 items, D = 2048): the neighbour lists come from float32
-panels of chunk × N (`_neighbours`), V is sparse (a few hundred entries per row), and d_J, d*
-are built for chunk queries × G at a time; never an N × N or Q × G matrix. The probes' float32
-products with the gallery are recomputed for d* rather than kept from the graph's panels
-(Q × G more products, against 4 Q G bytes to keep them).
-
-Exact: every similarity that decides something is the reference s. The neighbour lists and row
-maxima are re-checked exactly; d* of the positives uses the exact s, and a negative's float32
-estimate d̃* (|d̃* - d*| ≤ 2λε / max_j d) is replaced by its exact d* whenever it is that close
-to a positive's. The Jaccard sums run in a fixed order (`_kreciprocal`), so the numbers do not
-depend on chunking, threads or BLAS.
+The gallery is ranked by d* ascending, with the set rules of `sets`. Exact: every similarity
+that decides something is the reference s, a negative's float32 estimate of d* is replaced by
+its exact d* whenever it is within its bound of a positive's, and the Jaccard sums run in a
+fixed order (`_kreciprocal`). Memory: chunk × N float32 panels and a sparse V, never an N × N
+or Q × G matrix.
 """
 
 from __future__ import annotations
@@ -56,13 +40,9 @@ RERANK_METHODS: tuple[RerankMethod, ...] = ("k-reciprocal",)
 
 @dataclass(frozen=True)
 class KReciprocal:
-    """k-reciprocal re-ranking's parameters; the defaults are the paper's (Market-1501).
-
-    Args:
-        k1: size of the k-reciprocal sets R(p, k1).
-        k2: neighbours averaged by local query expansion (1: none).
-        lambda_: weight λ of the original distance in d* (0: Jaccard only).
-    """
+    """k-reciprocal re-ranking's parameters, by default the paper's (Market-1501): `k1` the size
+    of the sets R(p, k1), `k2` the neighbours averaged by local query expansion (1: none),
+    `lambda_` the weight λ of the original distance in d* (0: Jaccard only)."""
 
     k1: int = 20
     k2: int = 6
@@ -175,8 +155,7 @@ def reranked_distances(
     query: Tensor, gallery: Tensor, params: KReciprocal, chunk: int = 1024
 ) -> Tensor:
     """d* [Q, G] float64 of float32 `query [Q, D]` and `gallery [G, D]`, every entry from the
-    exact similarity. Holds Q × G float64 values: for small sets and tests; `reranked_ranks`
-    ranks Market-sized sets in bounded memory."""
+    exact similarity: Q × G values, for small sets (`reranked_ranks` has bounded memory)."""
     enc = _encode(query, gallery, params, chunk)
     n_query, n_gallery = query.shape[0], gallery.shape[0]
     out = torch.empty(n_query, n_gallery, dtype=torch.float64)
@@ -214,12 +193,9 @@ def _chunk_positions(
     """(positions [P], counts [b - a]) of queries [a, b)."""
     jaccard = _jaccard_distances(enc, a, b)  # [B, G]
     q_labels, q_cams, g_cams = sets.query_labels[a:b], sets.query_cams, sets.gallery_cams
-    same = q_labels[:, None] == sets.gallery_labels[None, :]
+    positive = q_labels[:, None] == sets.gallery_labels[None, :]
     if q_cams is not None and g_cams is not None:
-        positive = same & ~excluded(same, q_cams[a:b, None], g_cams[None, :])
-    else:
-        positive = same
-    del same
+        positive &= ~excluded(positive, q_cams[a:b, None], g_cams[None, :])
     scale = enc.scale[a:b]
     pr, pc = positive.nonzero(as_tuple=True)  # rows ascending
     s = exact_similarities(enc.x, enc.x, a + pr, enc.n_query + pc).to(torch.float64)
@@ -234,7 +210,7 @@ def _chunk_positions(
     hist = np.zeros((b - a, width + 1), dtype=np.int64)  # hist[i, c]: #{t < d*} = c
     unsure = np.zeros(jaccard.shape, dtype=np.bool_)
     delta = lambda_ * 2 * enc.eps / scale + 1e-12  # [B] bound on |d̃* - d*|, plus roundings
-    with ieee_float32():  # recomputed, not kept from the graph: Q × G floats would not fit
+    with ieee_float32():  # recomputed: keeping them from the graph's panels takes Q × G floats
         low = enc.x.query.values  # float32: the query and gallery copies are one
         s_low = low[a:b] @ low[enc.n_query :].T  # [B, G] float32
     _kreciprocal.count_negatives(
