@@ -1,11 +1,9 @@
 """A similarity block's band: the pairs its arithmetic cannot place, found and settled.
 
-A shortlist (`Shortlist`, from `arithmetic`) fills a block of low-precision scores s̃ for a
-chunk of queries. Each query's positives give thresholds t_k (`Tables`): a score more than
-ε_k from t_k (|s̃ - s| ≤ ε_k, see `similarity.shortlist_error` and `output_error`) is on a known
-side of it and counted by the compiled scans (`_scan`); the pairs within ε_k of some threshold
-form the band, which `settle` counts with a float32 look, then, if still unsure, with their
-exact similarity. `ranks` drives these over the whole evaluation.
+Each query's positives give thresholds t_k (`Tables`). A shortlist score more than ε_k from t_k
+is on a known side of it and counted by the compiled scans (`_scan`); the pairs within ε_k of
+some threshold form the band, which `settle` counts with a float32 look, then, if still
+unsure, with their exact similarity.
 """
 
 from __future__ import annotations
@@ -28,8 +26,6 @@ from benchmark.evaluation.similarity import (
     raw_similarities,
 )
 
-Readout = torch.dtype  # a block's output dtype
-
 
 class Shortlist(Protocol):
     """Low-precision similarity blocks against one gallery copy (`evaluation.arithmetic`)."""
@@ -38,49 +34,29 @@ class Shortlist(Protocol):
         """Scores [B, N - start] of query-copy rows q [B, D] against gallery rows start.."""
         ...
 
-    readout: Readout  # the dtype its blocks come in
+    readout: torch.dtype  # the dtype its blocks come in
 
 
 Block = Callable[[LowCopy, LowCopy], Shortlist]  # (query copy, gallery copy) -> its shortlist
 _EMPTY = np.iinfo(np.int64).max  # floor of a query without positives: no score reaches it
+_BITS = {torch.bfloat16: (torch.int16, 16), torch.float32: (torch.int32, 0)}  # see `_bits`
 
 
-@dataclass(frozen=True)
-class _Bits:
-    """How a block's scores are read as raw bits: bfloat16 as int16 (shifted into float32's
-    place), float32 as int32."""
-
-    dtype: np.dtype
-    shift: int
-
-    @staticmethod
-    def of(scores: Tensor) -> _Bits:
-        if scores.dtype == torch.bfloat16:
-            return _Bits(np.dtype(np.int16), 16)
-        if scores.dtype == torch.float32:
-            return _Bits(np.dtype(np.int32), 0)
+def _bits(scores: Tensor) -> tuple[np.ndarray, int]:
+    """A CPU block's scores as raw bits (its own memory) and the shift that puts them in
+    float32's place: bfloat16 as int16 << 16, float32 as int32 << 0."""
+    if scores.dtype not in _BITS:
         raise TypeError(f"similarity blocks must be bfloat16 or float32, not {scores.dtype}")
-
-    def view(self, scores: Tensor) -> np.ndarray:
-        torch_dtype = torch.int16 if self.shift else torch.int32
-        return scores.cpu().contiguous().view(torch_dtype).numpy()
+    int_dtype, shift = _BITS[scores.dtype]
+    return scores.contiguous().view(int_dtype).numpy(), shift
 
 
 def exclude_pairs(scores: Tensor, where: tuple[Tensor, Tensor] | Tensor) -> None:
-    """Set scores[where] to -inf, below every threshold. `where` is an index pair, or a bool
-    mask of the first columns. CPU blocks are written through numpy (torch's parallel
-    index_put and masked_fill stall beside other jobs)."""
-    lowest = -torch.inf
-    if scores.device.type != "cpu":
-        if isinstance(where, Tensor):
-            scores[:, : where.shape[1]].masked_fill_(where.to(scores.device), lowest)
-        else:
-            scores[where[0].to(scores.device), where[1].to(scores.device)] = lowest
-        return
-    bits = _Bits.of(scores)
-    raw = bits.view(scores)  # the block's own memory, as raw bits
-    value = torch.tensor(lowest, dtype=scores.dtype).view(-1).cpu()
-    raw_value = bits.view(value)[0]
+    """Set scores[where] to -inf, below every threshold, in a CPU block (every shortlist returns
+    one). `where` is an index pair, or a bool mask of the first columns. Written through numpy:
+    torch's parallel index_put and masked_fill stall beside other jobs."""
+    raw = _bits(scores)[0]
+    raw_value = _bits(torch.tensor([-torch.inf], dtype=scores.dtype))[0][0]
     if isinstance(where, Tensor):
         np.copyto(raw[:, : where.shape[1]], raw_value, where=where.numpy())
     else:
@@ -109,7 +85,7 @@ def _ceil_keys(x: Tensor) -> np.ndarray:
 
 
 def threshold_tables(
-    rows: Tensor, sims: Tensor, n_rows: int, eps_in: float, readout: Readout
+    rows: Tensor, sims: Tensor, n_rows: int, eps_in: float, readout: torch.dtype
 ) -> Tables:
     """Tables for queries 0..n_rows-1 from their positive pairs (rows [P], sims [P] float32),
     keyed for blocks read by `readout` (its output rounding widens each bound)."""
@@ -118,7 +94,7 @@ def threshold_tables(
     t = sims[order].to(torch.float64)
     eps = eps_in + output_error(readout, t, eps_in) + 2.0**-30
     lo, hi = _ceil_keys(t - eps), _ceil_keys(t + eps)
-    bits = _Bits.of(torch.empty(0, dtype=readout))
+    empty, bit_shift = _bits(torch.empty(0, dtype=readout))
     ptr = torch.zeros(n_rows + 1, dtype=torch.int64)
     ptr[1:] = counts.cumsum(0)
     ptr_np = ptr.numpy()
@@ -130,7 +106,7 @@ def threshold_tables(
     lo = np.minimum.accumulate((lo + shift)[::-1])[::-1] - shift
     first = np.minimum(ptr_np[:-1], max(lo.size - 1, 0))
     floor = np.where(counts.numpy() > 0, lo[first] if lo.size else 0, _EMPTY)
-    native = _scan.native_floors(floor, bits.dtype, bits.shift)
+    native = _scan.native_floors(floor, empty.dtype, bit_shift)
     hist = np.zeros(t.numel() + n_rows, dtype=np.int64)
     return Tables(ptr_np, t.numpy(), lo, hi, floor, native, hist)
 
@@ -149,12 +125,10 @@ def _band_pairs(kernel: Callable, n: int, cap: int, args: tuple, limit: int | No
     up to `cap` band pairs each, then a filling pass over the few that had more. None, before
     the filling pass allocates anything, when the band holds more than `limit` pairs.
 
-    Where most pairs are in the band, classifying them all costs several times the product, so
-    the counting pass runs in growing batches of units spread over the n (`_spread_order`),
-    from `_HEAD` on, and stops as soon as the units counted so far are surely over their share
-    of `limit` (`_surely_over`); the whole count decides the rest exactly. Spread, because
-    units run in label order and a panel's first rows can be one crowded class; surely, because
-    a few rows are a noisy sample. The pairs come out in scan order, which no count depends on.
+    With a limit, the counting pass runs in doubling batches from `_HEAD` units, in
+    `_spread_order` (a panel's first rows can be one crowded class), and stops once the units
+    counted are surely over their share of `limit` (`_surely_over`): classifying a block that is
+    mostly band costs several times its product. The pairs come out in scan order.
     """
     sel = _spread_order(n) if limit is not None else np.arange(n, dtype=np.int64)
     band_n = np.zeros(n, dtype=np.int64)  # by position in sel, as the slots
@@ -206,9 +180,8 @@ def _spread_order(n: int) -> np.ndarray:
 def scan_rows(tab: Tables, scores: Tensor, row0: int, limit: int | None = None) -> Band | None:
     """Rows of `scores` are queries row0.., columns gallery positions: the (query, column)
     band; None when it holds more than `limit` pairs (sure pairs are counted either way)."""
-    bits = _Bits.of(scores)
-    args = (bits.view(scores), bits.shift, row0, tab.floor, tab.native, tab.ptr, tab.lo, tab.hi,
-            tab.hist)  # fmt: skip
+    raw, shift = _bits(scores)
+    args = (raw, shift, row0, tab.floor, tab.native, tab.ptr, tab.lo, tab.hi, tab.hist)
     return _band_pairs(_scan.scan_rows, scores.shape[0], ROW_CAP, args, limit)
 
 
@@ -217,9 +190,8 @@ def scan_cols(
 ) -> Band | None:
     """Columns c0.. of `scores` are queries item0.., rows their gallery: the (query, row)
     band; None when it holds more than `limit` pairs."""
-    bits = _Bits.of(scores)
-    args = (bits.view(scores), bits.shift, c0, item0, tab.floor, tab.native, tab.ptr, tab.lo,
-            tab.hi, tab.hist)  # fmt: skip
+    raw, shift = _bits(scores)
+    args = (raw, shift, c0, item0, tab.floor, tab.native, tab.ptr, tab.lo, tab.hi, tab.hist)
     tiles = -(-(scores.shape[1] - c0) // _scan.TILE)
     return _band_pairs(_scan.scan_cols, tiles, TILE_CAP, args, limit)
 

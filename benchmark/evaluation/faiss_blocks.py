@@ -21,7 +21,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from benchmark.evaluation.bands import Readout
 from benchmark.evaluation.cuda_blocks import HostBlock
 from benchmark.evaluation.similarity import LowCopy
 
@@ -35,18 +34,16 @@ _RESOURCES: dict[int, Any] = {}  # CUDA device index -> the process's StandardGp
 @functools.cache  # read once per process: scanning the installed metadata takes a while
 def installed_faiss() -> list[str]:
     """Names of the installed faiss distributions (faiss-cpu, faiss-gpu, faiss-gpu-cu12, ...)."""
-    names = set()
-    for dist in importlib.metadata.distributions():
-        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
-        if name == "faiss-cpu" or name.startswith("faiss-gpu"):
-            names.add(name)
-    return sorted(names)
+    names = {
+        (d.metadata["Name"] or "").lower().replace("_", "-")
+        for d in importlib.metadata.distributions()
+    }
+    return sorted(n for n in names if n == "faiss-cpu" or n.startswith("faiss-gpu"))
 
 
 def conflict_message(names: list[str]) -> str | None:
     """The fix when a CPU and a GPU faiss are both installed; None when they are not."""
-    gpu = [n for n in names if n.startswith("faiss-gpu")]
-    if "faiss-cpu" not in names or not gpu:
+    if "faiss-cpu" not in names or not any(n.startswith("faiss-gpu") for n in names):
         return None
     return (
         f"{' and '.join(names)} are installed together; they write the same faiss/ files "
@@ -92,7 +89,7 @@ def gpu_resources(faiss: ModuleType, device: torch.device) -> Any:
 class FaissShortlist:
     """float32 blocks by faiss against one gallery copy: BLAS on the CPU, bfKnn on a GPU."""
 
-    readout: Readout = torch.float32
+    readout = torch.float32
 
     def __init__(self, gallery: LowCopy, device: torch.device) -> None:
         self._faiss = import_faiss()
