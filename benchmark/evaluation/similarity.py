@@ -12,8 +12,9 @@ identical (or equally similar) items tie.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -43,11 +44,11 @@ class LowCopy:
 
 @dataclass(frozen=True)
 class UnitEmbeddings:
-    """Float32 embeddings, their norms and the low-precision copies that shortlist them.
+    """Float32 embeddings, their norms and the low-precision copy that shortlists them.
 
     `raw [N, D]` float32 on the CPU (the caller's tensor, not copied), `norms [N]` the float32
     norms n_x (held as float64). `query` and `gallery` are the copy used when these rows are
-    queries or gallery items: one copy in `low_dtype`, built on first use.
+    queries or gallery items: one copy in `low_dtype` on `device` serves both, built on first use.
     """
 
     raw: Tensor
@@ -55,25 +56,35 @@ class UnitEmbeddings:
     low_dtype: torch.dtype
     device: torch.device
     chunk: int
-    _copies: dict[str, LowCopy] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def dim(self) -> int:
         return self.raw.shape[1]
 
-    @property
+    @functools.cached_property
     def query(self) -> LowCopy:
-        if "both" not in self._copies:
-            self._copies["both"] = _float_copy(self)
-        return self._copies["both"]
+        """The unit rows in `low_dtype`, chunk by chunk, with the measured rounding error."""
+        low = torch.empty(self.raw.shape, dtype=self.low_dtype, device=self.device)
+        low_error = 0.0
+        for start in range(0, self.raw.shape[0], self.chunk):
+            rows = slice(start, start + self.chunk)
+            unit = unit_rows(self.raw[rows], self.norms[rows])
+            part = unit.to(self.low_dtype)
+            low[rows] = part.to(self.device)
+            unit -= part.to(torch.float32)  # in place: one pass fewer over the chunk
+            low_error = max(low_error, torch.linalg.vector_norm(unit, dim=1).max().item())
+        # float32 norms of D terms are within D·2⁻²⁴ (< 1e-3 for D < 16,000) of the true ones,
+        # so ||x̂|| ≤ 1 + 1e-3 and ||low|| ≤ ||x̂|| + ||x̂ - low|| (saves a norm pass per chunk).
+        low_error *= 1 + 1e-3
+        return LowCopy(low, (1 + 1e-3) * (1 + low_error), low_error)
 
-    gallery = query  # one copy serves both roles
+    @property
+    def gallery(self) -> LowCopy:
+        return self.query
 
     def in_dtype(self, low_dtype: torch.dtype) -> UnitEmbeddings:
-        """The same rows shortlisted in `low_dtype` (copies built anew, on first use)."""
-        if low_dtype == self.low_dtype:
-            return self
-        return replace(self, low_dtype=low_dtype, _copies={})
+        """The same rows shortlisted in `low_dtype` (the copy built anew, on first use)."""
+        return self if low_dtype == self.low_dtype else replace(self, low_dtype=low_dtype)
 
 
 def unit_rows(raw: Tensor, norms: Tensor) -> Tensor:
@@ -101,22 +112,6 @@ def prepare(
     return UnitEmbeddings(raw, norms, low_dtype, device, chunk)
 
 
-def _float_copy(e: UnitEmbeddings) -> LowCopy:
-    """The unit rows in e.low_dtype, chunk by chunk, with the measured rounding error."""
-    low = torch.empty(e.raw.shape, dtype=e.low_dtype, device=e.device)
-    low_error = 0.0
-    for start in range(0, e.raw.shape[0], e.chunk):
-        unit = unit_rows(e.raw[start : start + e.chunk], e.norms[start : start + e.chunk])
-        part = unit.to(e.low_dtype)
-        low[start : start + e.chunk] = part.to(e.device)
-        unit -= part.to(torch.float32)  # in place: one pass fewer over the chunk
-        low_error = max(low_error, torch.linalg.vector_norm(unit, dim=1).max().item())
-    # float32 norms of D terms are within D·2⁻²⁴ (< 1e-3 for D < 16,000) of the true ones, so
-    # ||x̂|| ≤ 1 + 1e-3 and ||low|| ≤ ||x̂|| + ||x̂ - low|| (saves a norm pass per chunk).
-    low_error *= 1 + 1e-3
-    return LowCopy(low, (1 + 1e-3) * (1 + low_error), low_error)
-
-
 def exact_similarities(
     q: UnitEmbeddings, g: UnitEmbeddings, q_rows: Tensor, g_rows: Tensor
 ) -> Tensor:
@@ -125,10 +120,8 @@ def exact_similarities(
     Every reference similarity comes from this one compiled loop (`_dots.unit_dots`), so
     identical vectors get identical values; memory is the output only.
     """
-    out = np.empty(q_rows.numel(), dtype=np.float32)
     q_norms, g_norms = q.norms.to(torch.float32).numpy(), g.norms.to(torch.float32).numpy()
-    _pairs(_dots.unit_dots, q, g, q_norms, g_norms, q_rows, g_rows, out)
-    return torch.from_numpy(out)
+    return _pairs(_dots.unit_dots, q, g, q_norms, g_norms, q_rows, g_rows, np.float32)
 
 
 def raw_similarities(
@@ -137,9 +130,8 @@ def raw_similarities(
     """float32 dot products of raw rows over the float64 norms, for pairs (q_rows[m], g_rows[m]),
     in any order. Within `raw_error(D)` of the reference; float64 [M].
     """
-    out = np.empty(q_rows.numel(), dtype=np.float64)
-    _pairs(_dots.raw_cosines, q, g, q.norms.numpy(), g.norms.numpy(), q_rows, g_rows, out)
-    return torch.from_numpy(out)
+    q_norms, g_norms = q.norms.numpy(), g.norms.numpy()
+    return _pairs(_dots.raw_cosines, q, g, q_norms, g_norms, q_rows, g_rows, np.float64)
 
 
 def _pairs(
@@ -150,15 +142,17 @@ def _pairs(
     g_norms: np.ndarray,
     q_rows: Tensor,
     g_rows: Tensor,
-    out: np.ndarray,
-) -> None:
-    """A `_dots` pair kernel over the pairs (q_rows[m], g_rows[m]) into out [M], on threads."""
+    dtype: type[np.floating],
+) -> Tensor:
+    """A `_dots` pair kernel's output [M] for the pairs (q_rows[m], g_rows[m]), on threads."""
+    out = np.empty(q_rows.numel(), dtype=dtype)
     x, y, xr, yr = q.raw.numpy(), g.raw.numpy(), q_rows.numpy(), g_rows.numpy()
 
     def run(a: int, b: int) -> None:
         kernel(x, y, q_norms, g_norms, xr[a:b], yr[a:b], out[a:b])
 
     _dots.on_threads(run, out.size)
+    return torch.from_numpy(out)
 
 
 def raw_error(dim: int) -> float:
