@@ -1,13 +1,13 @@
 """RetrievalEvaluator: exact Recall@K / CMC, mAP, MAP@R, R-Precision (and NMI) on any backend.
 
-Ranking is by cosine similarity of L2-normalised embeddings (inner product of unit vectors);
-`similarity` defines the reference similarity exactly and `ranks` counts each positive's
-position without sorting. Backends differ only in who computes the shortlist block, so they all
-return the same numbers.
+Ranking is by the reference cosine similarity (`similarity`), and `ranks` counts each
+positive's position without sorting; backends differ only in who computes the shortlist
+blocks, so they all return the same numbers.
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +20,6 @@ from torch import Tensor
 from benchmark.evaluation import arithmetic as _arithmetic
 from benchmark.evaluation import choice as _choice
 from benchmark.evaluation.arithmetic import ARITHMETICS, Arithmetic
-from benchmark.evaluation.bands import Block
 from benchmark.evaluation.faiss_blocks import FAISS_GPU_HINT, faiss_has_gpu, import_faiss
 from benchmark.evaluation.hardest_pairs import HardestPairs, hardest_pair_similarities
 from benchmark.evaluation.metrics import (
@@ -32,8 +31,8 @@ from benchmark.evaluation.metrics import (
 )
 from benchmark.evaluation.ranks import positive_ranks
 from benchmark.evaluation.rerank import KReciprocal, RerankMethod, rerank_method, reranked_ranks
-from benchmark.evaluation.sets import PROTOCOLS, EvaluationSets, RetrievalProtocol, evaluation_sets
-from benchmark.evaluation.similarity import UnitEmbeddings, prepare, unit_rows
+from benchmark.evaluation.sets import PROTOCOLS, RetrievalProtocol, evaluation_sets
+from benchmark.evaluation.similarity import prepare, unit_rows
 from core.devices import chosen_device
 from core.threads import like_torch
 
@@ -143,25 +142,6 @@ class RetrievalEvaluator:
             cuda = False
         return torch.device("cuda" if cuda else "cpu")
 
-    def _blocks(
-        self, sets: EvaluationSets, qe: UnitEmbeddings, ge: UnitEmbeddings, arithmetic: str
-    ) -> tuple[str, Block, Block | None, UnitEmbeddings, UnitEmbeddings]:
-        """(name, block function, float32 fallback for an overflowing band, query and gallery
-        sets in its low dtype) of `arithmetic` ("faiss" for the faiss backend); "auto" is decided
-        here, by `choice`'s rule."""
-        device = qe.device
-        if arithmetic == "faiss":
-            name = f"faiss-{device.type}-float32"
-            return name, _arithmetic.block(device, faiss=True), None, qe, ge
-        if arithmetic == "auto":
-            arithmetic = _choice.choose(sets, device)
-        low = _arithmetic.LOW_DTYPES[arithmetic]
-        qe = qe.in_dtype(low)
-        ge = qe if sets.same_set else ge.in_dtype(low)
-        block = _arithmetic.block(device)
-        fallback = None if arithmetic == "float32" else block
-        return f"torch-{device.type}-{arithmetic}", block, fallback, qe, ge
-
     @like_torch()  # the compiled scans and re-checks: as many threads as torch's
     def evaluate(
         self,
@@ -184,19 +164,20 @@ class RetrievalEvaluator:
             self.protocol, query_emb, query_labels, gallery_emb, gallery_labels,
             query_cams, gallery_cams,
         )  # fmt: skip
-        device = self._device()
-        arithmetic = "faiss" if self.backend == "faiss" else _arithmetic.requested(self.arithmetic)
-        qe = prepare(
-            sets.query, "query_emb", low_dtype=torch.float32, device=device, chunk=self.chunk_size
-        )
+        device, faiss = self._device(), self.backend == "faiss"
+        arithmetic = "float32" if faiss else _arithmetic.requested(self.arithmetic)
+        if arithmetic == "auto":
+            arithmetic = _choice.choose(sets, device)
+        low = _arithmetic.LOW_DTYPES[arithmetic]
+        embed = functools.partial(prepare, low_dtype=low, device=device, chunk=self.chunk_size)
+        qe = embed(sets.query, "query_emb")
         if self.rerank is not None:  # the gallery ordered by the re-ranked distance d*
             name, ranks = "torch-cpu-float32", reranked_ranks(sets, self.rerank, self.chunk_size)
         else:
-            ge = qe if sets.same_set else prepare(
-                sets.gallery, "gallery_emb", low_dtype=torch.float32, device=device,
-                chunk=self.chunk_size,
-            )  # fmt: skip
-            name, block, fallback, qe, ge = self._blocks(sets, qe, ge, arithmetic)
+            ge = qe if sets.same_set else embed(sets.gallery, "gallery_emb")
+            block = _arithmetic.block(device, faiss=faiss)
+            fallback = None if arithmetic == "float32" else block  # for an overflowing band
+            name = f"{'faiss' if faiss else 'torch'}-{device.type}-{arithmetic}"
             ranks = positive_ranks(
                 qe, ge, sets, block=block, chunk_size=self.chunk_size, fallback=fallback
             )
@@ -207,7 +188,15 @@ class RetrievalEvaluator:
                 f"{self.protocol}): every metric would be 0. Check that query and gallery "
                 "labels use the same ids and that each class has two or more images"
             )
-        self._warn_large_ks(sets.gallery.shape[0] - (1 if sets.same_set else 0))
+        # R@K with K at or past the number of ranked items is 1.0 for every query: say so.
+        ranked = sets.gallery.shape[0] - (1 if sets.same_set else 0)
+        too_large = [k for k in self.ks if k >= ranked] if "recall" in self.metrics else []
+        if too_large:
+            warnings.warn(
+                f"R@K for K = {too_large} ranks the whole gallery ({ranked} items per query), "
+                "so it is 1.0 for every query with a positive; choose K below the gallery size",
+                stacklevel=3,
+            )
         out = retrieval_metrics(ranks, self.ks, self.metrics)
         if "NMI" in self.metrics:
             unit = unit_rows(qe.raw, qe.norms).numpy()
@@ -235,13 +224,3 @@ class RetrievalEvaluator:
             query_cams, gallery_cams,
         )  # fmt: skip
         return hardest_pair_similarities(sets, max_queries=max_queries)
-
-    def _warn_large_ks(self, ranked: int) -> None:
-        """R@K with K at or past the number of ranked items is 1.0 for every query: say so."""
-        too_large = [k for k in self.ks if k >= ranked] if "recall" in self.metrics else []
-        if too_large:
-            warnings.warn(
-                f"R@K for K = {too_large} ranks the whole gallery ({ranked} items per query), "
-                "so it is 1.0 for every query with a positive; choose K below the gallery size",
-                stacklevel=3,
-            )
