@@ -53,11 +53,8 @@ def _candidates(
 
 
 def nearest_neighbours(x: UnitEmbeddings, width: int, chunk: int) -> Neighbours:
-    """Exact `width` nearest items and least similarity of every row of `x` (its float32 copy).
-
-    Memory: one chunk × N float32 panel and the running lists (N × (width + 2·16) values and
-    indices).
-    """
+    """Exact `width` nearest items and least similarity of every row of `x` (its float32 copy),
+    in the memory of one chunk × N float32 panel and N × (width + 2·16) list entries."""
     low = x.query.values  # [N, D] float32 (the query and gallery copies are one)
     n = low.shape[0]
     eps = shortlist_error(x, x)

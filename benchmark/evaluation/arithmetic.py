@@ -1,16 +1,10 @@
 """The shortlist's arithmetic: which low-precision product fills each similarity block.
 
 Every arithmetic keeps the evaluator exact (`ranks` re-checks whatever its bound leaves
-undecided); they differ in speed, which depends on the hardware. Each block score s̃ is within
-ε of the reference s (`similarity.shortlist_error`, δ the copies' error), plus its output
-rounding per threshold (`similarity.output_error`):
-
-- `float32`: float32 products and output; δ = 0, so ε ≈ γ_D + 2⁻²⁴ (≈ 3·10⁻⁵ at D = 512).
-- `bfloat16`: bfloat16 inputs (||δ|| ≈ 2⁻⁹), float32 sums; bfloat16 output on the CPU
-  (rounding P·2⁻⁹, `output_error`), float32 on CUDA (bfloat16 before torch 2.8,
-  `cuda_blocks`). ε ≈ 0.004-0.006.
-- `float16`: float16 inputs (||δ|| ≈ 2⁻¹²), float32 sums and output (on a CPU, a float32
-  product of the float16 values: exact products, the same bound). ε ≈ 0.0005.
+undecided); they differ in speed, which depends on the hardware. `float32` multiplies float32
+unit vectors; `bfloat16` and `float16` round them and sum in float32 (bfloat16 blocks come out
+in bfloat16 on the CPU, and a CPU multiplies float16 values as float32). Each one's bound
+(`similarity.shortlist_error` and `output_error`) is tabled in docs/evaluation/exactness.md.
 
 `auto` takes float32 or bfloat16 by a rule on the device's facts (`choice`); the argument
 `arithmetic=` of `RetrievalEvaluator`, else the environment variable CIRCLEBENCH_EVAL_ARITHMETIC,

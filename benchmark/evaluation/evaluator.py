@@ -58,9 +58,8 @@ class RetrievalEvaluator:
     """Exact retrieval metrics for the `same_set` and `query_gallery` protocols.
 
     Args:
-        protocol: `same_set` (every sample queries all others, itself excluded) or
-            `query_gallery` (gallery items with the query's id and camera excluded, junk
-            gallery labels -1 ignored, queries without a positive skipped and counted).
+        protocol: `same_set` or `query_gallery` (who is excluded: `sets`); queries without a
+            positive are skipped and counted.
         ks: the K of `R@K` (CMC rank-K for re-ID), each ≥ 1.
         metrics: names from the registry `evaluation.metrics.METRICS`.
         backend: "torch" (shortlist products by torch, in `arithmetic`), "faiss" (float32

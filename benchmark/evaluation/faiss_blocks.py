@@ -55,11 +55,8 @@ def conflict_message(names: list[str]) -> str | None:
 
 
 def import_faiss() -> ModuleType:
-    """`faiss`, after checking that only one faiss distribution is installed.
-
-    Raises:
-        ImportError: with the command that fixes it, when faiss is missing or installed twice.
-    """
+    """`faiss`; ImportError with the command that fixes it when it is missing or installed twice
+    (a CPU and a GPU distribution)."""
     conflict = conflict_message(installed_faiss())
     if conflict is not None:
         raise ImportError(conflict)

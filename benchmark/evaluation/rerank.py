@@ -178,13 +178,11 @@ def reranked_ranks(sets: EvaluationSets, params: KReciprocal, chunk: int) -> Pos
     if sets.same_set:
         raise ValueError("k-reciprocal re-ranking needs protocol='query_gallery'")
     enc = _encode(sets.query, sets.gallery, params, chunk)
-    positions, counts = [], []
-    for a in range(0, enc.n_query, chunk):
-        b = min(enc.n_query, a + chunk)
-        pos, count = _chunk_positions(enc, sets, a, b, params.lambda_)
-        positions.append(pos)
-        counts.append(count)
-    return PositiveRanks(torch.cat(positions), torch.cat(counts))
+    parts = [
+        _chunk_positions(enc, sets, a, min(enc.n_query, a + chunk), params.lambda_)
+        for a in range(0, enc.n_query, chunk)
+    ]
+    return PositiveRanks(torch.cat([p for p, _ in parts]), torch.cat([c for _, c in parts]))
 
 
 def _chunk_positions(

@@ -27,11 +27,8 @@ U32 = 2.0**-24  # float32 unit roundoff
 
 @dataclass(frozen=True)
 class LowCopy:
-    """A low-precision copy x̃ of the unit vectors, with its bounds.
-
-    `values [N, D]` in a floating-point dtype on the compute device. `norm` bounds every ||x̃_i||
-    and `error` every ||x̂_i - x̃_i||.
-    """
+    """A low-precision copy x̃ of the unit vectors: `values [N, D]` on the compute device, `norm`
+    bounding every ||x̃_i|| and `error` every ||x̂_i - x̃_i||."""
 
     values: Tensor
     norm: float
@@ -95,11 +92,9 @@ def unit_rows(raw: Tensor, norms: Tensor) -> Tensor:
 def prepare(
     raw: Tensor, name: str, *, low_dtype: torch.dtype, device: torch.device, chunk: int
 ) -> UnitEmbeddings:
-    """Check and normalise `raw [N, D]` (compiled, one pass per row); the shortlist copies in
-    `low_dtype` (a floating-point dtype) are built when first used.
-
-    Raises ValueError naming `name` if a row is not finite (its norm is not) or all zeros.
-    """
+    """Check and normalise `raw [N, D]` (compiled, one pass per row); the shortlist copy in
+    `low_dtype` is built when first used. Raises ValueError naming `name` if a row is not finite
+    (its norm is not) or all zeros."""
     x = raw.numpy()
     norms32 = np.empty(x.shape[0], np.float32)
     _dots.on_threads(lambda a, b: _dots.float32_norms(x[a:b], norms32[a:b]), x.shape[0])
@@ -116,10 +111,7 @@ def exact_similarities(
     q: UnitEmbeddings, g: UnitEmbeddings, q_rows: Tensor, g_rows: Tensor
 ) -> Tensor:
     """Reference similarities [M] float32 of the pairs (q_rows[m], g_rows[m]), in any order.
-
-    Every reference similarity comes from this one compiled loop (`_dots.unit_dots`), so
-    identical vectors get identical values; memory is the output only.
-    """
+    Every one comes from this compiled loop (`_dots.unit_dots`): identical vectors tie."""
     q_norms, g_norms = q.norms.to(torch.float32).numpy(), g.norms.to(torch.float32).numpy()
     return _pairs(_dots.unit_dots, q, g, q_norms, g_norms, q_rows, g_rows, np.float32)
 
