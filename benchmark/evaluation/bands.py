@@ -95,20 +95,18 @@ def threshold_tables(
     eps = eps_in + output_error(readout, t, eps_in) + 2.0**-30
     lo, hi = _ceil_keys(t - eps), _ceil_keys(t + eps)
     empty, bit_shift = _bits(torch.empty(0, dtype=readout))
-    ptr = torch.zeros(n_rows + 1, dtype=torch.int64)
-    ptr[1:] = counts.cumsum(0)
-    ptr_np = ptr.numpy()
+    ptr = np.concatenate([[0], counts.cumsum(0).numpy()])
     # Per segment, hi as a running maximum and lo as a running minimum from the right, so both
     # ascend (binary search) and each bound only widens the band. Keys lie in (-2³¹, 2³¹):
     # adding 2³³ per segment keeps a running extreme from crossing into the next segment.
     shift = np.repeat(np.arange(n_rows, dtype=np.int64), counts.numpy()) << 33
     hi = np.maximum.accumulate(hi + shift) - shift
     lo = np.minimum.accumulate((lo + shift)[::-1])[::-1] - shift
-    first = np.minimum(ptr_np[:-1], max(lo.size - 1, 0))
+    first = np.minimum(ptr[:-1], max(lo.size - 1, 0))
     floor = np.where(counts.numpy() > 0, lo[first] if lo.size else 0, _EMPTY)
     native = _scan.native_floors(floor, empty.dtype, bit_shift)
     hist = np.zeros(t.numel() + n_rows, dtype=np.int64)
-    return Tables(ptr_np, t.numpy(), lo, hi, floor, native, hist)
+    return Tables(ptr, t.numpy(), lo, hi, floor, native, hist)
 
 
 ROW_CAP, TILE_CAP = 1024, 16 * _scan.TILE  # band slots per row / column tile before a refill
