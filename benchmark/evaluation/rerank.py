@@ -19,7 +19,7 @@ or Q × G matrix.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -92,13 +92,11 @@ class _Encoding:
 
 def _encode(query: Tensor, gallery: Tensor, params: KReciprocal, chunk: int) -> _Encoding:
     """V of every item (after local query expansion) from the exact neighbour lists."""
-    q, g = (prepare(e, name, low_dtype=torch.float32, device=torch.device("cpu"), chunk=chunk)
-            for e, name in ((query, "query_emb"), (gallery, "gallery_emb")))  # fmt: skip
-    x = UnitEmbeddings(  # one set of N items; its float32 copy is built once, when first used
-        torch.cat([q.raw, g.raw]), torch.cat([q.norms, g.norms]), torch.float32,
-        torch.device("cpu"), chunk,
-    )  # fmt: skip
-    del q, g
+    cpu = torch.device("cpu")
+    q = prepare(query, "query_emb", low_dtype=torch.float32, device=cpu, chunk=chunk)
+    g = prepare(gallery, "gallery_emb", low_dtype=torch.float32, device=cpu, chunk=chunk)
+    # One set of N items; its float32 copy is built once, when first used.
+    x = replace(q, raw=torch.cat([q.raw, g.raw]), norms=torch.cat([q.norms, g.norms]))
     n, n_query = x.raw.shape[0], query.shape[0]
     k1, half, k2 = min(params.k1 + 1, n), min(round(params.k1 / 2) + 1, n), min(params.k2, n)
     neighbours = nearest_neighbours(x, max(k1, k2), chunk)
