@@ -159,8 +159,7 @@ class _Panels:
         scores = self.shortlist(self.query[s:e], s)  # [e - s, n - s]
         exclude_pairs(scores, same)
         rows = scan_rows(self.tab, scores, s, _limit(fallback, e - s, n - s))
-        cols = scan_cols(self.tab, scores, e - s, e, _limit(fallback, e - s, n - e)) if e < n else (
-            np.empty(0, np.int64), np.empty(0, np.int64))  # fmt: skip
+        cols = scan_cols(self.tab, scores, e - s, e, _limit(fallback, e - s, n - e))
         del scores
         if rows is None or cols is None:
             return False
