@@ -65,6 +65,8 @@ def pretrained_backbone(
         try:
             model = timm.create_model(name, pretrained=hub, num_classes=0, **kwargs)
         except OSError as err:  # no network: huggingface_hub / urllib raise OSError subclasses
+            if not hub:
+                raise
             raise RuntimeError(
                 f"could not download pretrained weights for {name!r} from the timm hub ({err}); "
                 "offline, pass pretrained=<path to a .safetensors or state-dict .pth file> or "

@@ -245,6 +245,19 @@ def test_timm_hub_offline_says_to_pass_a_path(monkeypatch: pytest.MonkeyPatch) -
         Embedder("resnet18", pretrained=True)
 
 
+def test_an_os_error_of_a_local_build_is_not_called_a_download(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only a hub build downloads: another build's OSError keeps its own message."""
+
+    def unreadable(name: str, pretrained: bool = False, **kwargs: object) -> torch.nn.Module:
+        raise PermissionError(f"cannot read the cache of {name}")
+
+    monkeypatch.setattr(timm, "create_model", unreadable)
+    with pytest.raises(PermissionError, match="cannot read the cache of resnet18"):
+        Embedder("resnet18", pretrained=False)
+
+
 def test_a_residual_head_starts_as_the_pooled_feature_and_trains() -> None:
     embedder = Embedder("test_efficientnet", embedding_dim=256, head="residual").eval()
     images = torch.rand(3, 3, 32, 32)
