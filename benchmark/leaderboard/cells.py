@@ -10,12 +10,15 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from rich.console import Console
 
 from benchmark.leaderboard.suite import Cell
 from benchmark.training.rows import drop_rows, read_results
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # (the cell, log file, CPU threads or None for torch's default) -> None;
 # raises CellFailedError.
@@ -176,6 +179,12 @@ def row_recipes(rows_csv: Path) -> dict[str, str]:
     rows = read_results(rows_csv)
     made_by = rows["cell_recipe"] if "cell_recipe" in rows else [""] * len(rows)
     return dict(zip(rows["cell_id"], made_by, strict=True))
+
+
+def suite_rows(rows_csv: Path, cells: Sequence[Cell]) -> pd.DataFrame:
+    """The rows of `rows_csv` that `cells` made (other suites' cells may share the file)."""
+    rows = read_results(rows_csv)
+    return rows[rows["cell_id"].isin({cell.cell_id for cell in cells})]
 
 
 def cell_log(work_dir: Path, cell_id: str) -> Path:

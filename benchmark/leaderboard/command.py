@@ -25,7 +25,13 @@ from benchmark.launch.forked import Call, run_forked
 from benchmark.launch.processes import terminal_console
 from benchmark.leaderboard import numerics
 from benchmark.leaderboard.aggregate import aggregate_rows, read_leaderboard, write_csv
-from benchmark.leaderboard.cells import CellRunner, CellSettings, Launcher, RunSummary
+from benchmark.leaderboard.cells import (
+    CellRunner,
+    CellSettings,
+    Launcher,
+    RunSummary,
+    suite_rows,
+)
 from benchmark.leaderboard.check import compare
 from benchmark.leaderboard.markdown import leaderboard_markdown, terminal_summary
 from benchmark.leaderboard.plan import suite_plan
@@ -40,7 +46,6 @@ from benchmark.leaderboard.runner import (
 from benchmark.leaderboard.slurm_cells import add_slurm_arguments, print_status, slurm_launcher
 from benchmark.leaderboard.suite import Suite, load_suite
 from benchmark.manual import manual_line
-from benchmark.training.rows import read_results
 from benchmark.tuning.tuned import group_studies
 from core.atomic import write_text
 from core.devices import usable_cores
@@ -172,8 +177,7 @@ def build(
             rows_csv, work, wandb=wandb, threads=suite.threads, suite=suite.name
         )
         summary = run(cells, settings, root=Path("."), console=console)
-    rows = read_results(rows_csv)
-    rows = rows[rows["cell_id"].isin({cell.cell_id for cell in cells})]
+    rows = suite_rows(rows_csv, cells)
     board = aggregate_rows(rows)
     if board.empty:
         missing = f"no rows for suite {suite.name!r} in {rows_csv}"

@@ -25,12 +25,12 @@ from wandb_workspaces import expr
 
 from benchmark.errors import ArgumentParser
 from benchmark.leaderboard.aggregate import TUNED, aggregate_rows, board_metrics
+from benchmark.leaderboard.cells import suite_rows
 from benchmark.leaderboard.run_logs import logged_columns, runs_of
 from benchmark.leaderboard.suite import load_suite
 from benchmark.leaderboard.wandb_views import ViewStore, WandbViewStore, publish_within
 from benchmark.manual import manual_line
 from benchmark.training.loggers import wandb_has_credentials, wandb_server_reachable
-from benchmark.training.rows import read_results
 from benchmark.tuning.history import PROJECT as HISTORY_PROJECT
 from core.atomic import write_text
 
@@ -231,8 +231,7 @@ def main(
     except (KeyError, ValueError, FileNotFoundError) as error:
         parser.error(str(error.args[0]))
     work = args.results_dir / "suites" / suite.name
-    rows = read_results(work / "rows.csv")
-    rows = rows[rows["cell_id"].isin({cell.cell_id for cell in suite.cells()})]
+    rows = suite_rows(work / "rows.csv", suite.cells())
     if rows.empty:
         raise SystemExit(
             f"no rows for suite {suite.name!r} in {work / 'rows.csv'}: run "
