@@ -33,16 +33,16 @@ def test_the_table_is_an_offline_run_of_its_own(
     console = Console(record=True)
     log_wandb_table(BOARD, "t", tmp_path, console, forked=forked)
     assert "not logged" not in console.export_text()
+    if not forked:  # `finish` only informs this process's W&B service, which closes the run's
+        import wandb  # file later; teardown waits for the service to exit (and frees it now)
+
+        wandb.teardown()
     (path,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
     run = read_offline_run(path)
     assert (run.project, run.name, run.job_type) == (
         "circlebench-leaderboard", "leaderboard-t", "leaderboard"
     )  # fmt: skip
     assert {"leaderboard/_type", "leaderboard/nrows"} <= run.history
-    if not forked:  # close this process's W&B service now, not in pytest's exit
-        import wandb
-
-        wandb.teardown()
 
 
 def test_a_failing_forked_logger_is_reported_with_its_log(
