@@ -29,11 +29,12 @@ def suite_plan(suite: Suite, root: Path = Path("."), table: Path = THROUGHPUT) -
     lines = [f"plan of suite {suite.name!r}: {len(cells)} cells in {len(suite.groups)} groups"]
     totals: dict[str, float] = {}
     unknown: set[str] = set()
+    elsewhere: set[str] = set()  # "resnet50 at 32-true": rated at another precision only
     cached: set[tuple] = set()  # feature caches already counted (shared across groups)
     for group in suite.groups:
         mine = [c for c in cells if c.group.name == group.name]
         lines.append(_group_line(group, mine, root))
-        parts = _group_hours(group, mine, suite, rates, root, unknown, cached)
+        parts = _group_hours(group, mine, suite, rates, root, (unknown, elsewhere), cached)
         for device, part in parts.items():
             hours = sum(part.values())
             totals[device] = totals.get(device, 0.0) + hours
@@ -51,6 +52,12 @@ def suite_plan(suite: Suite, root: Path = Path("."), table: Path = THROUGHPUT) -
         lines.append(
             f"no measured images/s for {sorted(unknown)} in {table}: run `python -m "
             f"benchmark.bench backbones --backbone NAME --csv {table}` on the GPU"
+        )
+    if elsewhere:
+        lines.append(
+            f"images/s for {sorted(elsewhere)} measured at another precision only: the hours use "
+            f"them; run `python -m benchmark.bench backbones --backbone NAME --precision P --csv "
+            f"{table}` on the GPU"
         )
     if rates:
         sources = sorted({r.source for rs in rates.values() for r in rs})
@@ -78,16 +85,26 @@ def _group_hours(
     suite: Suite,
     rates: dict[str, list[Rate]],
     root: Path,
-    unknown: set[str],
+    missing: tuple[set[str], set[str]],
     cached: set[tuple],
 ) -> dict[str, dict[str, float]]:
     """GPU-hours per device of the group's runs (fits and floors), of the frozen track's
-    feature caches not counted before (`cached`, updated), and of its tuning."""
+    feature caches not counted before (`cached`, updated), and of its tuning. `missing`
+    collects the backbones with no measured rate and those rated at another precision only."""
+    unknown, elsewhere = missing
     parts: dict[str, dict[str, float]] = {}
 
     def add(device: str, part: str, hours: float) -> None:
         mine = parts.setdefault(device, {"runs": 0.0})
         mine[part] = mine.get(part, 0.0) + hours
+
+    def rated(work: Workload) -> dict[str, Rate]:
+        found = rate_for(work, rates)
+        if not found:
+            unknown.add(architecture(work.backbone))
+        if any(rate.precision != work.precision for rate in found.values()):
+            elsewhere.add(f"{architecture(work.backbone)} at {work.precision}")
+        return found
 
     read: dict[tuple[Path, tuple[str, ...]], Workload] = {}  # a config's seeds share one
     for cell in cells:
@@ -95,9 +112,7 @@ def _group_hours(
         work = read[key] = read.get(key) or workload(cell.config, cell.overrides, root)
         if work.dataset is None:
             continue  # synthetic data: a CPU suite, timed by its own job
-        found = rate_for(work, rates)
-        if not found:
-            unknown.add(architecture(work.backbone))
+        found = rated(work)
         epochs = 0 if cell.command == "test" else None  # a floor trains nothing
         if cell.tuned and group.tuning:
             epochs = group.tuning.max_epochs
@@ -109,6 +124,6 @@ def _group_hours(
     if group.tuning is not None:
         for config in group.configs:
             work = workload(config, (*suite.overrides, *group.overrides_for(config)), root)
-            for device, rate in rate_for(work, rates).items():
+            for device, rate in rated(work).items():
                 add(device, "tuning", study_hours(work, group.tuning, rate))
     return parts

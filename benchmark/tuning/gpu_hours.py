@@ -100,6 +100,14 @@ class Rate:
     extract: float
     pixels: int
     source: str
+    precision: str  # Lightning's name of the arithmetic it was measured in: "bf16-mixed"
+
+
+def precision_note(work: Workload, rate: Rate) -> str:
+    """What a plan says when `rate` was measured at another precision than the run's."""
+    if rate.precision == work.precision:
+        return ""
+    return f" (images/s measured at {rate.precision}; this run is {work.precision})"
 
 
 def read_rates(table: Path = THROUGHPUT) -> dict[str, list[Rate]]:
@@ -119,6 +127,7 @@ def read_rates(table: Path = THROUGHPUT) -> dict[str, list[Rate]]:
                     size * size,
                     f"{row['source']}, batch {row['batch']}, {row['precision']}, torch "
                     f"{row['torch']}, {row['date']}",
+                    row["precision"],
                 )
             )
     return rates
@@ -131,11 +140,12 @@ def architecture(backbone: str) -> str:
 
 
 def rate_for(work: Workload, rates: dict[str, list[Rate]]) -> dict[str, Rate]:
-    """Per device, the table's row for the run's backbone (its own name, else its architecture)
-    whose batch is nearest its P x K."""
-    found: dict[str, tuple[int, Rate]] = {}
+    """Per device, the table's row for the run's backbone (its own name, else its architecture):
+    at the run's precision where the device has one, and of those the one whose batch is nearest
+    its P x K."""
+    found: dict[str, tuple[tuple[bool, int], Rate]] = {}
     for rate in rates.get(work.backbone) or rates.get(architecture(work.backbone), []):
-        distance = abs(rate.batch - work.batch)
+        distance = (rate.precision != work.precision, abs(rate.batch - work.batch))
         if rate.device not in found or distance < found[rate.device][0]:
             found[rate.device] = (distance, rate)
     return {device: rate for device, (_, rate) in found.items()}
@@ -190,7 +200,8 @@ def study_plan(config: Path, overrides: tuple[str, ...], budget: Budget, study: 
                 "features, with no backbone pass"
             )
         else:
-            lines.append(f"  {device}: {hours_text(study_hours(work, budget, rate))}")
+            hours = hours_text(study_hours(work, budget, rate))
+            lines.append(f"  {device}: {hours}{precision_note(work, rate)}")
     if not found:
         lines.append(f"  no measured images/s for {architecture(work.backbone)} in {THROUGHPUT}")
     return "\n".join(lines)

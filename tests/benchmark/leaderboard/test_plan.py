@@ -15,6 +15,7 @@ from benchmark.tuning.gpu_hours import (
     Rate,
     Workload,
     cache_hours,
+    precision_note,
     rate_for,
     read_rates,
     run_hours,
@@ -23,7 +24,8 @@ from benchmark.tuning.gpu_hours import (
 )
 
 ROOT = Path(__file__).resolve().parents[3]
-RATE = Rate("GPU X", batch=80, train=1000.0, extract=4000.0, pixels=224 * 224, source="test")
+RATE = Rate("GPU X", batch=80, train=1000.0, extract=4000.0, pixels=224 * 224, source="test",
+            precision="bf16-mixed")  # fmt: skip
 
 
 def test_a_paper_config_is_read_with_its_dataset_size() -> None:
@@ -86,6 +88,18 @@ def test_a_weights_tag_reads_its_architectures_rate() -> None:
     assert rate_for(dataclasses.replace(tagged, backbone="vit_base_patch14_dinov2"), rates) == {}
 
 
+def test_a_rate_at_the_runs_precision_comes_before_a_nearer_batch() -> None:
+    """A table with float32 and bfloat16 rows: each run is costed at its own precision, and a
+    plan says when the table has only another precision's images/s."""
+    fp32 = dataclasses.replace(RATE, batch=256, train=300.0, precision="32-true")
+    rates = {"resnet50": [fp32, RATE]}
+    work = Workload("cub200", "resnet50", 224 * 224, 256, "bf16-mixed", 40, 5864, 5924)
+    assert rate_for(work, rates) == {"GPU X": RATE}
+    assert rate_for(dataclasses.replace(work, precision="32-true"), rates) == {"GPU X": fp32}
+    assert precision_note(work, RATE) == ""
+    assert precision_note(work, fp32) == " (images/s measured at 32-true; this run is bf16-mixed)"
+
+
 def test_the_paper_suite_has_floors_budgets_and_gpu_hours(tmp_path: Path) -> None:
     table = tmp_path / "throughput.csv"
     table.write_text(
@@ -102,6 +116,13 @@ def test_the_paper_suite_has_floors_budgets_and_gpu_hours(tmp_path: Path) -> Non
     assert "tuning 50 trials x 4 folds, <= 40 epochs" in text
     assert text.count("    GPU X: ") == 5 and "total on one GPU X: " in text
     assert len(read_rates(table)["resnet50"]) == 1
+    assert read_rates(table)["resnet50"][0].precision == "bf16-mixed"
+    assert "another precision" not in text
+    fp32 = load_suite("paper", ROOT)
+    fp32 = dataclasses.replace(fp32, overrides=(*fp32.overrides, "--trainer.precision=32-true"))
+    assert "images/s for ['bninception at 32-true', 'resnet50 at 32-true'] measured at " in (
+        suite_plan(fp32, ROOT, table)
+    )
 
 
 def test_tune_plans_a_paper_study_without_its_data(
