@@ -13,6 +13,7 @@ from benchmark.tuning.gpu_hours import (
     architecture,
     cache_hours,
     hours_text,
+    precision_note,
     rate_for,
     read_rates,
     run_hours,
@@ -34,7 +35,7 @@ def suite_plan(suite: Suite, root: Path = Path("."), table: Path = THROUGHPUT) -
     for group in suite.groups:
         mine = [c for c in cells if c.group.name == group.name]
         lines.append(_group_line(group, mine, root))
-        parts = _group_hours(group, mine, suite, rates, root, (unknown, elsewhere), cached)
+        parts = _group_hours(group, mine, suite, rates, root, unknown, elsewhere, cached)
         for device, part in parts.items():
             hours = sum(part.values())
             totals[device] = totals.get(device, 0.0) + hours
@@ -85,13 +86,14 @@ def _group_hours(
     suite: Suite,
     rates: dict[str, list[Rate]],
     root: Path,
-    missing: tuple[set[str], set[str]],
+    unknown: set[str],
+    elsewhere: set[str],
     cached: set[tuple],
 ) -> dict[str, dict[str, float]]:
     """GPU-hours per device of the group's runs (fits and floors), of the frozen track's
-    feature caches not counted before (`cached`, updated), and of its tuning. `missing`
-    collects the backbones with no measured rate and those rated at another precision only."""
-    unknown, elsewhere = missing
+    feature caches not counted before (`cached`, updated), and of its tuning. `unknown` and
+    `elsewhere` collect the backbones with no measured rate and those rated at another
+    precision only."""
     parts: dict[str, dict[str, float]] = {}
 
     def add(device: str, part: str, hours: float) -> None:
@@ -99,10 +101,12 @@ def _group_hours(
         mine[part] = mine.get(part, 0.0) + hours
 
     def rated(work: Workload) -> dict[str, Rate]:
+        if work.dataset is None:
+            return {}  # synthetic data: a CPU suite, timed by its own job
         found = rate_for(work, rates)
         if not found:
             unknown.add(architecture(work.backbone))
-        if any(rate.precision != work.precision for rate in found.values()):
+        if any(precision_note(work, rate) for rate in found.values()):
             elsewhere.add(f"{architecture(work.backbone)} at {work.precision}")
         return found
 
@@ -110,8 +114,6 @@ def _group_hours(
     for cell in cells:
         key = (cell.config, cell.overrides)
         work = read[key] = read.get(key) or workload(cell.config, cell.overrides, root)
-        if work.dataset is None:
-            continue  # synthetic data: a CPU suite, timed by its own job
         found = rated(work)
         epochs = 0 if cell.command == "test" else None  # a floor trains nothing
         if cell.tuned and group.tuning:

@@ -21,6 +21,8 @@ from benchmark.errors import read_yaml
 from benchmark.tuning.experiment import Budget
 
 THROUGHPUT = Path("results/throughput.csv")
+# Lightning's older names of a precision, as a config or `--trainer.precision=32` gives them.
+PRECISION_NAMES = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"}
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ def workload(config: Path, overrides: tuple[str, ...], root: Path = Path(".")) -
     embedder = ((spec.get("model") or {}).get("embedder") or {}).get("init_args") or {}
     extractor = (args.get("extractor") or {}).get("init_args") or {}  # the frozen track's
     trainer = spec.get("trainer") or {}
+    precision = trainer.get("precision", "32-true")
     by_class = {cls.__name__: cls for cls in DATASETS.values()}
     cls = by_class.get(str(image_data.get("class_path", "")).rsplit(".", 1)[-1])
     info = getattr(cls, "info", None)  # the real datasets' DatasetInfo
@@ -71,7 +74,7 @@ def workload(config: Path, overrides: tuple[str, ...], root: Path = Path(".")) -
         backbone=str(embedder.get("backbone") or extractor.get("backbone", "?")),
         pixels=int(height) * int(width),
         batch=int(images.get("p", 16)) * int(images.get("k", 4)),
-        precision=str(trainer.get("precision", "32-true")),
+        precision=PRECISION_NAMES.get(str(precision), str(precision)),
         epochs=int(trainer.get("max_epochs", 1)),
         train_images=counts.get("train", (0, 0))[0],
         test_images=sum(counts.get(s, (0, 0))[0] for s in ("query", "gallery")),
@@ -197,7 +200,7 @@ def study_plan(config: Path, overrides: tuple[str, ...], budget: Budget, study: 
             lines.append(
                 f"  {device}: feature cache {hours_text(cache_hours(work, rate))} (once for every "
                 "cell and study of this extractor and data); the trials train a head on cached "
-                "features, with no backbone pass"
+                f"features, with no backbone pass{precision_note(work, rate)}"
             )
         else:
             hours = hours_text(study_hours(work, budget, rate))

@@ -88,6 +88,21 @@ def test_a_weights_tag_reads_its_architectures_rate() -> None:
     assert rate_for(dataclasses.replace(tagged, backbone="vit_base_patch14_dinov2"), rates) == {}
 
 
+def test_a_cpu_suite_with_tuning_asks_for_no_gpu_rate() -> None:
+    """The default job's suite is synthetic data with a tuning budget: no GPU-hours, and no
+    request to measure its backbone on a GPU."""
+    text = suite_plan(load_suite("quick", ROOT), ROOT)
+    assert "no GPU-hours: synthetic data" in text
+    assert "no measured images/s" not in text and "another precision" not in text
+
+
+def test_lightnings_older_precision_names_are_read_as_the_tables() -> None:
+    """`--trainer.precision=32` (the CPU advice of the configs) is the table's 32-true."""
+    config = Path("experiments/cub200/circle.yaml")
+    for given, name in [("32", "32-true"), ("bf16", "bf16-mixed"), ("16-mixed", "16-mixed")]:
+        assert workload(config, (f"--trainer.precision={given}",), ROOT).precision == name
+
+
 def test_a_rate_at_the_runs_precision_comes_before_a_nearer_batch() -> None:
     """A table with float32 and bfloat16 rows: each run is costed at its own precision, and a
     plan says when the table has only another precision's images/s."""
