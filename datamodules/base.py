@@ -70,17 +70,22 @@ class RetrievalDataModule(pl.LightningDataModule):
 
     Args:
         root: dataset folder (None for datasets without files).
-        p, k: training batches of `p` classes × `k` images (`PKSampler`, mode `sampler_mode`).
-        image_size: an int (square) or `(H, W)`.
+        p: classes per training batch (`PKSampler`).
+        k: images per class in a training batch.
+        image_size: output size, an int (square) or `(H, W)`.
         num_workers: DataLoader worker processes (persistent when > 0).
+        eval_batch_size: batch size of the evaluation loaders.
         val_classes: training classes held out (chosen by `seed`) as a class-disjoint validation
             split; 0 for none.
         seed: seed of the P-K sampler and of the validation split; None: the run's
             `seed_everything` under `circlebench` (other seeds, other batches), else 0.
         batches_per_epoch: training batches per epoch and rank; default one pass.
-        folds, fold: tuning mode when `folds` >= 2 (`circlebench tune` sets it): the training
-            classes are dealt into `folds` class-disjoint folds, fold `fold` validates, the
-            others train, and the test split is never read; 0 for a normal run.
+        sampler_mode: `PKSampler`'s `mode`: `coverage` (every training image once per epoch
+            where class sizes allow) or `independent` (each batch drawn afresh).
+        folds: tuning mode when >= 2 (`circlebench tune` sets it): the training classes are
+            dealt into `folds` class-disjoint folds, fold `fold` validates, the others train,
+            and the test split is never read; 0 for a normal run.
+        fold: the held-out fold, 0..folds-1.
     """
 
     dataset_name: ClassVar[str]

@@ -63,8 +63,9 @@ class SyntheticDataModule(RetrievalDataModule):
     `protocol` and `default_recall_ks`: read them from the instance.
 
     Args:
-        num_train_classes, num_test_classes: training classes (ids 0..num_train_classes-1) and
-            the test classes after them.
+        num_train_classes: training classes (ids 0..num_train_classes-1).
+        num_test_classes: test classes, after the training ones.
+        images_per_class: rendered images per class.
         num_cameras: cameras in re-ID mode (ignored in fine-grained mode).
         render_seed: seed of the rendered world (looks, poses, cameras); fixed by default so
             runs with different `seed`s train on the same data.

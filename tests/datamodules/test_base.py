@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,7 +13,13 @@ import pytest
 import torch
 from PIL import Image
 
-from datamodules import ImageFileDataset, RetrievalDataModule, Split, Splits
+from datamodules import (
+    CachedFeatureDataModule,
+    ImageFileDataset,
+    RetrievalDataModule,
+    Split,
+    Splits,
+)
 from datamodules.splits import carve_validation
 from datamodules.transforms import fine_grained_transform
 
@@ -204,3 +211,14 @@ def test_missing_image_raises_naming_the_file(tmp_path: Path) -> None:
 def test_split_lengths_must_agree() -> None:
     with pytest.raises(ValueError, match=r"differ in length \(2, 1, 2\)"):
         Split(["a", "b"], [0], [-1, -1])
+
+
+@pytest.mark.parametrize("cls", [RetrievalDataModule, CachedFeatureDataModule])
+def test_each_setting_has_its_own_help_line(cls: type) -> None:
+    """`--help` takes each argument's text from the class docstring (jsonargparse reads it with
+    docstring_parser), which does not split a line naming two arguments."""
+    import docstring_parser
+
+    documented = {p.arg_name for p in docstring_parser.parse(cls.__doc__ or "").params}
+    arguments = set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs"}
+    assert arguments <= documented, f"no help line for {sorted(arguments - documented)}"
