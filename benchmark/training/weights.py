@@ -50,8 +50,8 @@ def pretrained_backbone(
             f"unknown backbone {name!r}: use 'bninception' or a timm model name "
             f"(see timm.list_models(), e.g. 'resnet50', 'efficientnet_lite0')"
         )
-    hub = pretrained is True and name not in (*LITE0, "bninception")  # timm loads the weights
-    state, source = (None, "timm-hub") if hub else _pretrained_state(name, pretrained)
+    state, source = _pretrained_state(name, pretrained)
+    hub = pretrained is True and source == "timm-hub"  # timm's create_model downloads them
     # TF-trained Lite0 weights come in EfficientNet-PyTorch's names (the package's file)
     tf_lite0 = name in LITE0 and state is not None and "_conv_stem.weight" in state
     model: nn.Module
@@ -82,13 +82,16 @@ def pretrained_backbone(
 
 
 def _pretrained_state(name: str, pretrained: bool | str) -> tuple[dict[str, Tensor] | None, str]:
-    """The state dict `pretrained` names (None for none) and its source string."""
+    """The state dict `pretrained` names (None for none, and for timm-hub weights, which
+    `create_model` loads) and its source string."""
     if pretrained is False:
         return None, "none"
     if pretrained is True and name == "bninception":
         return _downloaded_state(CHECKPOINT_URL), CHECKPOINT_URL
-    if pretrained is True:
+    if pretrained is True and name in LITE0:
         return _read_state(lite0.lite0_weights_path()), lite0.PACKAGE
+    if pretrained is True:
+        return None, "timm-hub"
     return _read_state(Path(pretrained)), str(pretrained)
 
 
