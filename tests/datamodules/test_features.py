@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import threading
 from pathlib import Path
@@ -16,6 +17,7 @@ from benchmark.training.embedders import BackboneFeatures
 from datamodules import (
     CachedFeatureDataModule,
     CUB200DataModule,
+    RetrievalDataModule,
     SyntheticDataModule,
     feature_views,
 )
@@ -306,3 +308,21 @@ def test_sampler_settings_are_the_image_datamodules(tmp_path: Path, mode: str) -
     dm = features(synthetic(sampler_mode=mode, seed=3, batches_per_epoch=2), tmp_path)
     sampler = dm.train_dataloader().batch_sampler.batches
     assert (sampler.mode, sampler.seed, sampler.p, sampler.k) == (mode, 3, 2, 2)
+
+
+@pytest.mark.parametrize("carve", [{"val_classes": 1}, {"folds": 2, "fold": 1}])
+def test_every_setting_of_the_image_datamodule_is_taken_by_name(
+    tmp_path: Path, carve: dict[str, int]
+) -> None:
+    """The frozen track copies each `RetrievalDataModule` argument from the image DataModule's
+    attribute of the same name (set here away from its default); only the workers become 0."""
+    given = dict(p=3, k=2, image_size=(8, 10), eval_batch_size=7, seed=5, batches_per_epoch=2,
+                 sampler_mode="independent", num_workers=1) | carve  # fmt: skip
+    images = synthetic(**given)
+    dm = CachedFeatureDataModule(images, CountingExtractor(), cache_dir=tmp_path / "cache")
+    shared = set(inspect.signature(RetrievalDataModule.__init__).parameters) - {"self", "root"}
+    assert shared == {*given, "val_classes", "folds", "fold"}  # a new one: give it a value
+    copied = shared - {"num_workers"}
+    assert {n: getattr(dm, n) for n in copied} == {n: getattr(images, n) for n in copied}
+    assert {n: getattr(dm, n) for n in carve} == carve
+    assert (dm.num_workers, images.num_workers) == (0, 1)
