@@ -12,15 +12,7 @@ import sys
 
 from benchmark.manual import manual_line
 
-# What each benchmark measures, and the module that measures it.
-BENCHMARKS = {
-    "losses": ("loss forward+backward time vs plain autograd", "benchmark.bench.losses"),
-    "data": ("training-loader images/s vs torchvision ImageFolder", "benchmark.bench.data"),
-    "eval": ("retrieval evaluation time and peak memory vs full sort", "benchmark.bench.eval"),
-    "train": ("training images/s for the default CPU config", "benchmark.bench.train"),
-    "gpu": ("a paper config's training, loaders and evaluator on CUDA", "benchmark.bench.gpu"),
-    "backbones": ("training and extraction images/s per backbone", "benchmark.bench.backbones"),
-}
+BENCHMARKS = ("losses", "data", "eval", "train", "gpu", "backbones")  # benchmark.bench.<name>
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -31,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     # Only the first word is ours: `losses --help` is the help of the losses benchmark.
     args = parser.parse_args(argv[:1])
-    module = importlib.import_module(BENCHMARKS[args.what][1])
+    module = importlib.import_module(f"benchmark.bench.{args.what}")
     module.main(argv[1:])
 
 

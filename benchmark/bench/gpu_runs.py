@@ -11,7 +11,7 @@ import tempfile
 import time
 from itertools import repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -46,21 +46,9 @@ class PreRenderedDataModule(SyntheticDataModule):
         key = (train, self.image_size, tuple(split.items))  # synthetic items are seeds
         if key not in self.rendered:
             made = super().make_dataset(split, train=train)
-            self.rendered[key] = InMemory([made[i] for i in range(len(split))])
+            # A list is a map-style dataset; loader workers share it through fork.
+            self.rendered[key] = cast(Dataset, [made[i] for i in range(len(split))])
         return self.rendered[key]
-
-
-class InMemory(Dataset):
-    """Items held in a list (loader workers share them through fork)."""
-
-    def __init__(self, items: list[Any]) -> None:
-        self.items = items
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, i: int) -> Any:
-        return self.items[i]
 
 
 class Runner:

@@ -206,17 +206,6 @@ def _step(module: nn.Module, x: Tensor, loss: Callable[[], Tensor]) -> Callable[
     return step
 
 
-def interleaved_medians(
-    ours: Callable[[], None], plain: Callable[[], None], *, repeat: int, rounds: int = 5
-) -> tuple[float, float]:
-    """Median seconds of each, measured in alternating rounds so both see the same load."""
-    ours_t, plain_t = [], []
-    for _ in range(rounds):
-        ours_t.append(median_seconds(ours, warmup=1, repeat=repeat))
-        plain_t.append(median_seconds(plain, warmup=1, repeat=repeat))
-    return statistics.median(ours_t), statistics.median(plain_t)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = bench_parser("losses", __doc__)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCHES))
@@ -259,12 +248,12 @@ def main(argv: list[str] | None = None) -> None:
             verdict = "other reduction" if name.endswith("open-source") else "same value"
             if not close and not name.endswith("open-source"):
                 verdict = f"DIFFERS: {ours_value.item():.6g} vs {plain_value.item():.6g}"
-            ours_s, plain_s = interleaved_medians(
-                _step(module, x, partial(module, x, labels)),
-                _step(module, x, partial(plain, module, x, labels)),
-                repeat=repeat,
-                rounds=args.rounds,
-            )
+            # Alternating rounds of ours and plain, so that both see the same load.
+            losses = (module, partial(plain, module))
+            steps = [_step(module, x, partial(f, x, labels)) for f in losses]
+            rounds = [[median_seconds(s, warmup=1, repeat=repeat) for s in steps]
+                      for _ in range(args.rounds)]  # fmt: skip
+            ours_s, plain_s = (statistics.median(t) for t in zip(*rounds, strict=True))
             print(
                 f"{name:<36}{len(labels):>6}{ours_s * 1e3:>10.3f}{plain_s * 1e3:>10.3f}"
                 f"{plain_s / ours_s:>11.2f}x  {verdict}",
