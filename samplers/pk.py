@@ -144,7 +144,9 @@ class PKSampler(Sampler[list[int]]):
             # a class is queued at most twice, so 2p entries hold p distinct; skip the set then
             while len(queue) < 2 * self.p and len(set(queue)) < self.p:
                 queue += torch.randperm(num_classes, generator=gen).tolist()
-            chosen = _first_distinct(queue, self.p)
+            chosen = list(dict.fromkeys(queue[: 2 * self.p]))[: self.p]  # the first p distinct
+            for c in chosen:
+                queue.remove(c)  # its first entry, the one chosen; skipped repeats stay queued
             yield torch.cat([self._draw(c, gen) for c in chosen]).tolist()
 
     def _draw(self, c: int, gen: torch.Generator) -> Tensor:
@@ -203,11 +205,3 @@ def mixed_seed(*values: int) -> int:
     """A 32-bit seed hashing `values` (numpy's SeedSequence), so that nearby tuples differ:
     `seed + epoch` would make (0, 1) repeat (1, 0)."""
     return int(np.random.SeedSequence([v % 2**64 for v in values]).generate_state(1)[0])
-
-
-def _first_distinct(queue: list[int], p: int) -> list[int]:
-    """Remove and return the first `p` distinct entries of `queue`; skipped repeats stay queued."""
-    chosen = list(dict.fromkeys(queue))[:p]
-    for c in chosen:
-        queue.remove(c)  # its first entry, the one chosen
-    return chosen
