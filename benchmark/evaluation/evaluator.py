@@ -164,7 +164,9 @@ class RetrievalEvaluator:
             query_cams, gallery_cams,
         )  # fmt: skip
         device, faiss = self._device(), self.backend == "faiss"
-        arithmetic = "float32" if faiss else _arithmetic.requested(self.arithmetic)
+        # faiss multiplies in float32, and so does the re-ranked distance (`reranked_ranks`).
+        float32 = faiss or self.rerank is not None
+        arithmetic = "float32" if float32 else _arithmetic.requested(self.arithmetic)
         if arithmetic == "auto":
             arithmetic = _choice.choose(sets, device)
         low = _arithmetic.LOW_DTYPES[arithmetic]
@@ -175,11 +177,8 @@ class RetrievalEvaluator:
         else:
             ge = qe if sets.same_set else embed(sets.gallery, "gallery_emb")
             block = _arithmetic.block(device, faiss=faiss)
-            fallback = None if arithmetic == "float32" else block  # for an overflowing band
             name = f"{'faiss' if faiss else 'torch'}-{device.type}-{arithmetic}"
-            ranks = positive_ranks(
-                qe, ge, sets, block=block, chunk_size=self.chunk_size, fallback=fallback
-            )
+            ranks = positive_ranks(qe, ge, sets, block=block, chunk_size=self.chunk_size)
         skipped = int((ranks.counts == 0).sum())
         if skipped == len(ranks.counts):
             raise ValueError(

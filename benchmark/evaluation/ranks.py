@@ -88,14 +88,14 @@ def positive_ranks(
     *,
     block: Block,
     chunk_size: int,
-    fallback: Block | None = None,
 ) -> PositiveRanks:
     """Positions of all positives of every query of `sets` (embedded as q and g).
 
     Excluded from each query's ranking: itself (`same_set`) and the pairs `sets.excluded` names;
-    junk gallery items must be removed by the caller. `fallback` (float32 blocks, for a coarser
-    `block`) recomputes a chunk whose band holds more than `FALLBACK_SHARE` of its pairs.
+    junk gallery items must be removed by the caller. Copies coarser than float32 recount a
+    chunk whose band holds more than `FALLBACK_SHARE` of its pairs with float32 blocks.
     """
+    fallback = None if q.low_dtype == torch.float32 else block
     q_labels, q_cams, g_cams = sets.query_labels, sets.query_cams, sets.gallery_cams
     if sets.same_set:
         return _same_set_ranks(q, q_labels, block, chunk_size, fallback)
