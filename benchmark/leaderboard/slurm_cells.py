@@ -206,11 +206,12 @@ def _wait(
             bar = progress.add_task("cells", total=total, completed=total - len(jobs))
             while remaining:
                 states = watch.states(remaining.values())
-                for cell_id, job in list(remaining.items()):
-                    state = states.get(job)
-                    if state is None or state.active:
-                        continue
-                    done = cell_id in row_recipes(settings.rows_csv)
+                ended = {c: j for c, j in remaining.items() if j in states and not states[j].active}
+                # Read after the states: a job that has ended wrote its row before it did.
+                rows = row_recipes(settings.rows_csv) if ended else {}
+                for cell_id, job in ended.items():
+                    state = states[job]
+                    done = cell_id in rows
                     if not done and watch.ended_for(job) < slurm.SETTLE_S:
                         continue  # accounting may not have heard of a requeue yet
                     del remaining[cell_id]
