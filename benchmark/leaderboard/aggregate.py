@@ -108,24 +108,10 @@ def aggregate_rows(rows: pd.DataFrame) -> pd.DataFrame:
             record["wall_time_s_mean"] = runs["wall_time_s"].mean()
         out.append(record)
     board = pd.DataFrame(out)
-    return board.assign(**_paired_columns(rows, experiment, board, metrics)) if out else board
-
-
-def paired_difference(values: pd.Series, reference: pd.Series) -> tuple[float, float, int]:
-    """Mean and 95 % CI half-width of `values - reference` over the seeds (index) both have,
-    and how many seeds that is."""
-    both = values.index.intersection(reference.index)
-    differences = values[both] - reference[both]
-    return float(differences.mean()) if len(both) else math.nan, ci95(differences), len(both)
-
-
-def _paired_columns(
-    rows: pd.DataFrame, experiment: pd.Series, board: pd.DataFrame, metrics: list[str]
-) -> dict[str, list[float]]:
-    """`<metric>_vs_<reference>_mean` / `_ci95` for every experiment (NaN for the reference
-    itself and where its group has no such reference)."""
-    rows = rows.assign(experiment=experiment)
-    columns: dict[str, list[float]] = {}
+    if not out:
+        return board
+    by_seed = {name: runs.set_index("seed") for name, runs in rows.groupby(experiment, sort=False)}
+    paired: dict[str, list[float]] = {}  # `<metric>_vs_<reference>_mean` / `_ci95`
     for name, candidates in REFERENCES.items():
         found = []
         for _, entry in board.iterrows():
@@ -134,18 +120,22 @@ def _paired_columns(
             found.append(hits[0] if hits and hits[0] != entry["experiment"] else None)
         for metric in metrics:
             pairs = [
-                paired_difference(_by_seed(rows, own, metric), _by_seed(rows, ref, metric))[:2]
+                paired_difference(by_seed[own][metric], by_seed[ref][metric])[:2]
                 if ref is not None
                 else (math.nan, math.nan)
                 for own, ref in zip(board["experiment"], found, strict=True)
             ]
-            columns[f"{metric}_vs_{name}_mean"] = [mean for mean, _ in pairs]
-            columns[f"{metric}_vs_{name}_ci95"] = [ci for _, ci in pairs]
-    return columns
+            paired[f"{metric}_vs_{name}_mean"] = [mean for mean, _ in pairs]
+            paired[f"{metric}_vs_{name}_ci95"] = [ci for _, ci in pairs]
+    return board.assign(**paired)
 
 
-def _by_seed(rows: pd.DataFrame, experiment: str, metric: str) -> pd.Series:
-    return rows[rows["experiment"] == experiment].set_index("seed")[metric]
+def paired_difference(values: pd.Series, reference: pd.Series) -> tuple[float, float, int]:
+    """Mean and 95 % CI half-width of `values - reference` over the seeds (index) both have,
+    and how many seeds that is."""
+    both = values.index.intersection(reference.index)
+    differences = values[both] - reference[both]
+    return float(differences.mean()) if len(both) else math.nan, ci95(differences), len(both)
 
 
 def write_csv(board: pd.DataFrame, path: Path) -> None:

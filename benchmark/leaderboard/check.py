@@ -146,19 +146,11 @@ def compare(
     )
     for name in old.index.intersection(new.index, sort=False):
         for column in (*SETTINGS_COLUMNS, "n_seeds"):
-            before, after = _text(old, name, column), _text(new, name, column)
+            before, after = (str(b.at[name, column]) if column in b else "" for b in (old, new))
             if before != after:
                 report.failures.append(f"{name}: {column} changed from {before!r} to {after!r}")
         for column in metrics:
-            was, now = _num(old, name, column), _num(new, name, column)
+            was, now = (float(b.at[name, column]) if column in b else math.nan for b in (old, new))
             if not (math.isnan(was) and math.isnan(now)):  # absent on both: nothing to say
                 report.diffs.append(MetricDiff(name, column[: -len("_mean")], was, now))
     return report
-
-
-def _text(board: pd.DataFrame, name: str, column: str) -> str:
-    return str(board.at[name, column]) if column in board else ""
-
-
-def _num(board: pd.DataFrame, name: str, column: str) -> float:
-    return float(board.at[name, column]) if column in board else math.nan

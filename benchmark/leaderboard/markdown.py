@@ -17,22 +17,6 @@ _SHARED: tuple[str, ...] = ("dataset", "protocol", "backbone", "pretrained", "em
 _SHARED += ("image_size", "p", "k", "epochs", "include_val", "rerank")
 
 
-def paper_value(
-    paper: pd.DataFrame, dataset: str | None, loss: str, labels: str, metric: str
-) -> float | None:
-    """The number in `paper` (`results/paper_reference.csv`: one published number per row,
-    `loss` our class name) for this dataset, loss class, labels and metric, if it has one."""
-    if dataset is None or paper.empty:
-        return None
-    hit = paper[
-        (paper["dataset"] == dataset)
-        & (paper["loss"] == loss)
-        & (paper["labels"] == labels)
-        & (paper["metric"] == metric)
-    ]
-    return float(hit["value"].iloc[0]) if len(hit) else None
-
-
 def format_params(loss_params: str) -> str:
     """`{"m": 0.4, "gamma": 80}` → `m=0.4, gamma=80`; sources by class name, no None."""
     try:
@@ -170,6 +154,10 @@ def _columns(
     """A group's table (header, rows): per row its loss, labels, setting, params, the `_SHARED`
     settings that vary, seeds, every metric, the first metric's differences and seconds per run."""
     varying = [c for c in _SHARED if c in rows and rows[c].nunique() > 1]
+    # `paper` (`results/paper_reference.csv`: one published number per row, `loss` our class
+    # name): the first number for this dataset, loss class, labels and metric
+    mine = paper[paper["dataset"] == paper_dataset] if paper_dataset and len(paper) else paper[:0]
+    published = {(r.loss, r.labels, r.metric): float(r.value) for r in mine[::-1].itertuples()}
     metrics = board_metrics(rows)
     deltas = _references(rows, metrics[0]) if metrics else []
     delta_heads = [f"Δ {_REFERENCE_NAMES[r]} {metrics[0]}" for r in deltas]
@@ -183,7 +171,7 @@ def _columns(
         cells.append(format_params(row["loss_params"]))
         cells += [str(row[c]) for c in varying] + [str(row["n_seeds"])]
         for m in metrics:
-            ref = paper_value(paper, paper_dataset, row["loss"], row["labels"], m)
+            ref = published.get((row["loss"], row["labels"], m))
             cells.append(format_cell(row[f"{m}_mean"], row[f"{m}_ci95"], ref))
         for r in deltas:
             prefix = f"{metrics[0]}_vs_{r}"

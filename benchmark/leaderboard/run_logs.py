@@ -30,24 +30,14 @@ def training_curves(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
     smoothed over 1/`SMOOTHING` of the steps; indexed by step."""
     curves = {}
     for name, cells in runs.groupby(experiments(runs), sort=False):
-        logs = [_metrics_log(Path(str(d))) for d in cells.get("run_dir", []) if str(d)]
-        logs = [log for log in logs if log is not None]
+        paths = [Path(str(d), "metrics.csv") for d in cells.get("run_dir", []) if str(d)]
+        logs = [pd.read_csv(path) for path in paths if path.is_file()]
+        logs = [log[["step", *CURVES]].dropna() for log in logs if {"step", *CURVES} <= set(log)]
         if logs:
             curve = pd.concat(logs).groupby("step").mean()
             window = max(1, len(curve) // SMOOTHING)
             curves[str(name)] = curve.rolling(window, min_periods=1).mean()
     return curves
-
-
-def _metrics_log(run_dir: Path) -> pd.DataFrame | None:
-    path = run_dir / "metrics.csv"
-    if not path.is_file():
-        return None
-    log = pd.read_csv(path)
-    columns = ["step", *CURVES]
-    if not set(columns) <= set(log.columns):
-        return None
-    return log[columns].dropna()
 
 
 def logged_columns(runs: pd.DataFrame) -> set[str]:
