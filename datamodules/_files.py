@@ -117,11 +117,10 @@ def split_by_class(
 def check_images_present(info: DatasetInfo, root: Path, splits: Split | Splits) -> None:
     """Raise unless the first image of each split in `splits` exists: catches metadata without
     images in a few stats (`circlebench data verify` checks every file)."""
-    named = (
-        [("train", splits)]
-        if isinstance(splits, Split)
-        else [("train", splits.train), ("query", splits.query), ("gallery", splits.gallery)]
-    )
+    if isinstance(splits, Split):
+        named = [("train", splits)]
+    else:
+        named = [("train", splits.train), *splits.test_sets()]
     for name, split in named:
-        if split is not None and len(split) and not Path(str(split.items[0])).is_file():
+        if len(split) and not Path(str(split.items[0])).is_file():
             raise info.missing(root, f"the {name} images, e.g. {split.items[0]}")

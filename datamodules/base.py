@@ -212,10 +212,8 @@ class RetrievalDataModule(pl.LightningDataModule):
         train, val, test = self.splits()
         self._datasets["train"] = self.make_dataset(train, train=True)
         for prefix, splits in (("val", val), ("test", test)):
-            if splits is not None:
-                for part, split in (("query", splits.query), ("gallery", splits.gallery)):
-                    if split is not None:
-                        self._datasets[f"{prefix}_{part}"] = self.make_dataset(split, train=False)
+            for part, split in splits.test_sets() if splits is not None else []:
+                self._datasets[f"{prefix}_{part}"] = self.make_dataset(split, train=False)
 
     def train_dataloader(self) -> DataLoader:
         """P-K batches `(images [P·K, 3, H, W], labels [P·K], cameras [P·K])`."""

@@ -158,15 +158,13 @@ class CachedFeatureDataModule(RetrievalDataModule):
             self._datasets["train"] = FeatureDataset(views[:, _rows(full, train)], train)
         elif part == "val" and val is not None:
             features = self._features(full, "train", None)  # [N, C], the evaluation transform
-            for side, split in (("query", val.query), ("gallery", val.gallery)):
-                if split is not None:
-                    rows = features[_rows(full, split)]
-                    self._datasets[f"val_{side}"] = FeatureDataset(rows[None], split)
+            for side, split in val.test_sets():
+                rows = features[_rows(full, split)]
+                self._datasets[f"val_{side}"] = FeatureDataset(rows[None], split)
         elif part == "test" and test is not None:  # None while tuning: never extracted
-            for side, split in (("query", test.query), ("gallery", test.gallery)):
-                if split is not None:
-                    features = self._features(split, side, None)
-                    self._datasets[f"test_{side}"] = FeatureDataset(features[None], split)
+            for side, split in test.test_sets():
+                features = self._features(split, side, None)
+                self._datasets[f"test_{side}"] = FeatureDataset(features[None], split)
 
     def _augmented(self, split: Split) -> bool:
         """Whether the training images differ from the evaluation ones (their reprs differ)."""

@@ -89,6 +89,11 @@ class Splits:
     query: Split
     gallery: Split | None
 
+    def test_sets(self) -> list[tuple[str, Split]]:
+        """("query", query) and, unless the protocol is `same_set`, ("gallery", gallery)."""
+        gallery = [] if self.gallery is None else [("gallery", self.gallery)]
+        return [("query", self.query), *gallery]
+
 
 def relabel(split: Split) -> Split:
     """The split with its labels mapped to 0..C-1 in ascending order of the original labels."""

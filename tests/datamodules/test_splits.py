@@ -18,7 +18,7 @@ from datamodules import (
     SOPDataModule,
     SyntheticDataModule,
 )
-from datamodules.splits import Split, class_folds, fold_sizes, fold_split
+from datamodules.splits import Split, Splits, class_folds, fold_sizes, fold_split
 from tests.datamodules import _layouts
 
 
@@ -138,3 +138,11 @@ def test_every_dataset_builds_its_training_split_alone() -> None:
     classes = [*RetrievalDataModule.__subclasses__()]
     own = [c for c in classes if c.__module__.startswith("datamodules.")]
     assert {c.__name__ for c in own if c.load_train is RetrievalDataModule.load_train} == set()
+
+
+def test_the_test_sets_are_the_query_and_a_gallery_unless_same_set() -> None:
+    train, query, gallery = (Split([i], [i], [-1]) for i in range(3))
+    empty = Split([], [], [])
+    assert Splits(train, query, None).test_sets() == [("query", query)]
+    assert Splits(train, query, gallery).test_sets() == [("query", query), ("gallery", gallery)]
+    assert Splits(train, query, empty).test_sets() == [("query", query), ("gallery", empty)]
