@@ -147,6 +147,8 @@ AMSoftmaxLoss = CosFaceLoss
 class ArcFaceLoss(_ProxyCrossEntropy):
     """ArcFace: cross-entropy over s·cos(θ_c + m·[c = y]); m is an angle in radians."""
 
+    repr_fields = ("m", "s")  # `extra_repr` adds m's unit
+
     def __init__(
         self, num_classes: int, embedding_dim: int, m: float = 0.5, s: float = 64.0
     ) -> None:
