@@ -164,10 +164,10 @@ class RetrievalEvaluator:
             query_cams, gallery_cams,
         )  # fmt: skip
         device, faiss = self._device(), self.backend == "faiss"
-        # faiss multiplies in float32, and so does the re-ranked distance (`reranked_ranks`).
-        float32 = faiss or self.rerank is not None
-        arithmetic = "float32" if float32 else _arithmetic.requested(self.arithmetic)
-        if arithmetic == "auto":
+        arithmetic = "float32" if faiss else _arithmetic.requested(self.arithmetic)
+        if self.rerank is not None:  # the re-ranked distance is float32 (`reranked_ranks`)
+            arithmetic = "float32"
+        elif arithmetic == "auto":
             arithmetic = _choice.choose(sets, device)
         low = _arithmetic.LOW_DTYPES[arithmetic]
         embed = functools.partial(prepare, low_dtype=low, device=device, chunk=self.chunk_size)

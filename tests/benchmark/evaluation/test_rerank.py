@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmark.evaluation import RetrievalEvaluator, _neighbours
+from benchmark.evaluation import RetrievalEvaluator, _neighbours, arithmetic
 from benchmark.evaluation.rerank import KReciprocal, reranked_distances
 from benchmark.evaluation.similarity import prepare
 from tests.benchmark.evaluation.conftest import ranking_metrics
@@ -163,6 +163,18 @@ def test_lambda_one_keeps_the_plain_ranking() -> None:
     plain = RetrievalEvaluator("query_gallery", (1, 2, 4), METRICS).evaluate(q, ql, g, gl, qc, gc)
     ev = RetrievalEvaluator("query_gallery", (1, 2, 4), METRICS, rerank=KReciprocal(lambda_=1))
     assert ev.evaluate(q, ql, g, gl, qc, gc) == pytest.approx(plain, abs=1e-12)
+
+
+def test_re_ranking_checks_the_arithmetic_variable_too(monkeypatch) -> None:
+    """Re-ranking evaluates in float32, yet a misspelt CIRCLEBENCH_EVAL_ARITHMETIC is an error."""
+    q, ql, qc, g, gl, gc = reid_case(0, quantised=True)
+    monkeypatch.setenv(arithmetic.ENV_VAR, "bfloat61")
+    ev = RetrievalEvaluator("query_gallery", (1, 2, 4), METRICS, rerank=KReciprocal())
+    with pytest.raises(ValueError, match="CIRCLEBENCH_EVAL_ARITHMETIC must be one of"):
+        ev.evaluate(q, ql, g, gl, qc, gc)
+    monkeypatch.setenv(arithmetic.ENV_VAR, "bfloat16")  # a valid one: still float32 ranks
+    ev.evaluate(q, ql, g, gl, qc, gc)
+    assert ev.last_backend == "torch-cpu-float32"
 
 
 @pytest.mark.parametrize(
