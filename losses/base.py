@@ -16,8 +16,9 @@ one exported in `losses.__all__` against this list:
    instead of a NaN loss or an IndexError from deep inside. A label outside [0, num_classes)
    is a ValueError naming the loss or, for the proxy losses, their `ClassProxies` source.
 5. Hyper-parameters are checked in `__init__`; a bad value raises ValueError with the value,
-   the valid range and the paper's setting. Class-level losses own their proxies or classifier
-   as parameters (the optimiser sees them through the module) and centres as buffers.
+   the valid range and the paper's setting (`MetricLoss.check_arg`). Class-level losses own
+   their proxies or classifier as parameters (the optimiser sees them through the module) and
+   centres as buffers.
 6. The loss is computed in fp32 (fp64 for fp64 inputs) with autocast off inside it.
 7. `name` is what results rows, run folders and W&B call it: the class name, except for
    `ExternalLoss`, which takes the name of the module it wraps (`losses/external.py`).
@@ -60,6 +61,11 @@ class MetricLoss(nn.Module, ABC):
 
     def extra_repr(self) -> str:
         return ", ".join(f"{name}={getattr(self, name)!r}" for name in self.repr_fields)
+
+    def check_arg(self, name: str, value: object, valid: bool, rule: str, hint: str) -> None:
+        """Unless `valid`, ValueError "<Loss>: {name} must be {rule}, got {value}; {hint}"."""
+        if not valid:
+            raise ValueError(f"{type(self).__name__}: {name} must be {rule}, got {value}; {hint}")
 
     def check_batch(self, embeddings: Tensor, labels: Tensor) -> None:
         """ValueError naming this loss unless embeddings [B, D] are finite, B >= 1, labels [B]."""
@@ -108,16 +114,9 @@ class PairSimilarityLoss(MetricLoss):
         self, m: float = 0.25, gamma: float = 256.0, source: SimilaritySource | None = None
     ) -> None:
         super().__init__()
-        owner = type(self).__name__
-        if not 0.0 <= m < 1.0:
-            raise ValueError(
-                f"{owner}: m must be in [0, 1), got {m}; "
-                "the paper uses 0.25 for re-ID and 0.4 for fine-grained retrieval"
-            )
-        if not gamma > 0:
-            raise ValueError(
-                f"{owner}: gamma must be > 0, got {gamma}; the paper uses 256 (re-ID) or 80"
-            )
+        paper = "the paper uses 0.25 for re-ID and 0.4 for fine-grained retrieval"
+        self.check_arg("m", m, 0.0 <= m < 1.0, "in [0, 1)", paper)
+        self.check_arg("gamma", gamma, gamma > 0, "> 0", "the paper uses 256 (re-ID) or 80")
         self.m, self.gamma = m, gamma
         self.source = source if source is not None else BatchPairs()
 

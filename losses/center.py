@@ -32,14 +32,8 @@ class CenterLoss(MetricLoss):
         self, num_classes: int, embedding_dim: int, lambda_: float = 0.003, alpha: float = 0.5
     ) -> None:
         super().__init__()
-        if not lambda_ >= 0:
-            raise ValueError(
-                f"CenterLoss: lambda_ must be >= 0, got {lambda_}; Wen et al. use 0.003"
-            )
-        if not 0 < alpha <= 1:
-            raise ValueError(
-                f"CenterLoss: alpha must be in (0, 1], got {alpha}; Wen et al. use 0.5"
-            )
+        self.check_arg("lambda_", lambda_, lambda_ >= 0, ">= 0", "Wen et al. use 0.003")
+        self.check_arg("alpha", alpha, 0 < alpha <= 1, "in (0, 1]", "Wen et al. use 0.5")
         check_class_count(type(self).__name__, num_classes, embedding_dim)
         self.softmax = SoftmaxLoss(num_classes, embedding_dim)
         self.lambda_, self.alpha = lambda_, alpha

@@ -122,9 +122,7 @@ class _CircleLossFunction(torch.autograd.Function):
             and sim.ndim == 2
             and pos_mask.shape == neg_mask.shape == sim.shape
             and pos_mask.dtype == neg_mask.dtype == torch.bool
-            and sim.is_contiguous()
-            and pos_mask.is_contiguous()
-            and neg_mask.is_contiguous()
+            and all(t.is_contiguous() for t in (sim, pos_mask, neg_mask))
         )
 
 

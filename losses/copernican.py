@@ -75,26 +75,15 @@ class CopernicanLoss(MetricLoss):
         variant: Variant = "cosine",
     ) -> None:
         super().__init__()
-        if not lambda_ >= 0:
-            raise ValueError(
-                f"CopernicanLoss: lambda_ must be >= 0, got {lambda_}; the paper uses "
-                "λ ∈ {0.01, 0.1, 1, 5}: 1 on CIFAR-10, 5 on CIFAR-100 (0 is softmax alone)"
-            )
-        if not -1.0 <= beta <= 1.0:
-            raise ValueError(
-                f"CopernicanLoss: beta must be in [-1, 1] (a signed margin on cos(x, sun)), "
-                f"got {beta}; the paper uses β ∈ {{-1, -0.5, -0.1, 0, 0.1, 0.5}}: "
-                "-1 with λ=1 on CIFAR-10, -0.5 with λ=5 on CIFAR-100"
-            )
-        if not 0 < alpha <= 1:
-            raise ValueError(
-                f"CopernicanLoss: alpha must be in (0, 1], got {alpha}; the paper uses 0.05"
-            )
-        if variant not in ("cosine", "l2"):
-            raise ValueError(
-                f"CopernicanLoss: variant must be 'cosine' or 'l2', got {variant!r}; "
-                "'cosine' is the Copernican loss, 'l2' the paper's l2 baseline"
-            )
+        lambdas = "the paper uses λ ∈ {0.01, 0.1, 1, 5}: 1 on CIFAR-10, 5 on CIFAR-100"
+        betas = "the paper uses β ∈ {-1, -0.5, -0.1, 0, 0.1, 0.5}: -1 with λ=1 on CIFAR-10"
+        variants = "'cosine' is the Copernican loss, 'l2' the paper's l2 baseline"
+        check = self.check_arg
+        check("lambda_", lambda_, lambda_ >= 0, ">= 0", f"{lambdas} (0 is softmax alone)")
+        signed = "in [-1, 1] (a signed margin on cos(x, sun))"
+        check("beta", beta, -1 <= beta <= 1, signed, f"{betas}, -0.5 with λ=5 on CIFAR-100")
+        check("alpha", alpha, 0 < alpha <= 1, "in (0, 1]", "the paper uses 0.05")
+        check("variant", repr(variant), variant in ("cosine", "l2"), "'cosine' or 'l2'", variants)
         check_class_count(type(self).__name__, num_classes, embedding_dim)
         self.softmax = SoftmaxLoss(num_classes, embedding_dim)
         self.lambda_, self.beta, self.alpha, self.variant = lambda_, beta, alpha, variant

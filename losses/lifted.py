@@ -41,10 +41,7 @@ class LiftedStructureLoss(MetricLoss):
 
     def __init__(self, margin: float = 1.0) -> None:
         super().__init__()
-        if not margin >= 0:
-            raise ValueError(
-                f"LiftedStructureLoss: margin must be >= 0, got {margin}; Song et al. use 1.0"
-            )
+        self.check_arg("margin", margin, margin >= 0, ">= 0", "Song et al. use 1.0")
         self.margin = margin
         self.source = BatchPairs()
 

@@ -59,20 +59,10 @@ class MultiSimilarityLoss(MetricLoss):
     ) -> None:
         super().__init__()
         for name, value in (("alpha", alpha), ("beta", beta)):
-            if not value > 0:
-                raise ValueError(
-                    f"MultiSimilarityLoss: {name} must be > 0, got {value}; "
-                    "the paper uses alpha=2, beta=50"
-                )
-        if not -1.0 <= base <= 1.0:
-            raise ValueError(
-                f"MultiSimilarityLoss: base (λ) must be a cosine similarity in [-1, 1], "
-                f"got {base}; the paper uses 0.5"
-            )
-        if not epsilon >= 0:
-            raise ValueError(
-                f"MultiSimilarityLoss: epsilon must be >= 0, got {epsilon}; the paper uses 0.1"
-            )
+            self.check_arg(name, value, value > 0, "> 0", "the paper uses alpha=2, beta=50")
+        rule = "a cosine similarity in [-1, 1]"
+        self.check_arg("base (λ)", base, -1.0 <= base <= 1.0, rule, "the paper uses 0.5")
+        self.check_arg("epsilon", epsilon, epsilon >= 0, ">= 0", "the paper uses 0.1")
         self.alpha, self.beta, self.base, self.epsilon = alpha, beta, base, epsilon
         self.source = BatchPairs()
 

@@ -37,10 +37,7 @@ class NPairLoss(MetricLoss):
 
     def __init__(self, l2_reg: float = 0.002) -> None:
         super().__init__()
-        if not l2_reg >= 0:
-            raise ValueError(
-                f"NPairLoss: l2_reg must be >= 0, got {l2_reg}; Sohn uses 0.002 (0 disables it)"
-            )
+        self.check_arg("l2_reg", l2_reg, l2_reg >= 0, ">= 0", "Sohn uses 0.002 (0 disables it)")
         self.l2_reg = l2_reg
         self.source = BatchPairs(normalize=False)
 

@@ -42,13 +42,6 @@ def arcface_target(sim: Tensor, *, m: float) -> Tensor:
     return torch.where(sim > math.cos(math.pi - m), shifted, sim - m * math.sin(m))
 
 
-def _check_scale_margin(owner: str, s: float, m: float, m_max: float, hint: str) -> None:
-    if not s > 0:
-        raise ValueError(f"{owner}: s (scale) must be > 0, got {s}; {hint}")
-    if not 0.0 <= m < m_max:
-        raise ValueError(f"{owner}: m must be in [0, {m_max:g}), got {m}; {hint}")
-
-
 class SoftmaxLoss(MetricLoss):
     """Linear classifier (with bias) on raw embeddings + cross-entropy; the plain baseline.
     `last_stats` are cosine similarities between embeddings and the classifier's weights."""
@@ -118,7 +111,7 @@ class NormFaceLoss(_ProxyCrossEntropy):
     repr_fields = ("scale",)
 
     def __init__(self, num_classes: int, embedding_dim: int, scale: float = 16.0) -> None:
-        _check_scale_margin(type(self).__name__, scale, 0.0, 1.0, "NormFace uses about 16")
+        self.check_arg("s (scale)", scale, scale > 0, "> 0", "NormFace uses about 16")
         super().__init__(num_classes, embedding_dim, scale)
         self.scale = scale
 
@@ -131,7 +124,9 @@ class CosFaceLoss(_ProxyCrossEntropy):
     def __init__(
         self, num_classes: int, embedding_dim: int, m: float = 0.35, s: float = 30.0
     ) -> None:
-        _check_scale_margin(type(self).__name__, s, m, 1.0, "AM-Softmax uses m=0.35, s=30")
+        hint = "AM-Softmax uses m=0.35, s=30"
+        self.check_arg("s (scale)", s, s > 0, "> 0", hint)
+        self.check_arg("m", m, 0.0 <= m < 1.0, "in [0, 1)", hint)
         super().__init__(num_classes, embedding_dim, s)
         self.m, self.s = m, s
 
@@ -153,7 +148,8 @@ class ArcFaceLoss(_ProxyCrossEntropy):
         self, num_classes: int, embedding_dim: int, m: float = 0.5, s: float = 64.0
     ) -> None:
         hint = "ArcFace uses m=0.5 rad (about 28.6 degrees), s=64"
-        _check_scale_margin(type(self).__name__, s, m, math.pi / 2, hint)
+        self.check_arg("s (scale)", s, s > 0, "> 0", hint)
+        self.check_arg("m", m, 0.0 <= m < math.pi / 2, f"in [0, {math.pi / 2:g})", hint)
         super().__init__(num_classes, embedding_dim, s)
         self.m, self.s = m, s
 

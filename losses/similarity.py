@@ -150,8 +150,7 @@ class BatchPairs(SimilaritySource):
         self._check_batch(embeddings, labels)
         with torch.autocast(embeddings.device.type, enabled=False):
             sim = _Gram.apply(embeddings.to(compute_dtype(embeddings)), self.normalize)  # [B, B]
-        same = labels[:, None] == labels[None, :]  # [B, B]
-        pos_mask = same.fill_diagonal_(False)
+        pos_mask = (labels[:, None] == labels[None, :]).fill_diagonal_(False)  # [B, B]
         neg_mask = labels[:, None] != labels[None, :]
         return sim, pos_mask, neg_mask
 
@@ -220,7 +219,6 @@ def pair_stats(
     sim: Tensor, pos_mask: Tensor, neg_mask: Tensor, active: Tensor
 ) -> dict[str, Tensor]:
     """`last_stats` of a loss: mean s_p, mean s_n and the fraction of `active` anchors or pairs."""
-    sim = sim.detach()
     zero = sim.new_zeros(())
     return {
         "sp_mean": torch.where(pos_mask, sim, zero).sum() / pos_mask.sum().clamp_min(1),

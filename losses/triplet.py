@@ -88,11 +88,9 @@ class TripletLoss(MetricLoss):
         self, margin: float = 0.2, soft_margin: bool = False, mining: Mining = "batch_hard"
     ) -> None:
         super().__init__()
-        if not 0.0 <= margin <= 2.0:
-            raise ValueError(
-                f"TripletLoss: margin must be in [0, 2] (a cosine-similarity gap), got {margin}; "
-                "typical values are 0.1-0.3, or 0 with soft_margin=True"
-            )
+        gap = "in [0, 2] (a cosine-similarity gap)"
+        typical = "typical values are 0.1-0.3, or 0 with soft_margin=True"
+        self.check_arg("margin", margin, 0.0 <= margin <= 2.0, gap, typical)
         if mining not in get_args(Mining):
             raise ValueError(
                 f"TripletLoss: mining {mining!r} is not one of {list(get_args(Mining))}"
