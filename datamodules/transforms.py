@@ -16,6 +16,9 @@ ImageSize = int | Sequence[int]
 # ImageNet mean in [0, 1]: an erased patch becomes 0 after the embedder normalises, which is
 # what random erasing does in the re-ID literature (applied there after normalisation).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
+# grayscale inputs become 3 equal channels, so every batch stacks to [B, 3, H, W]
+TO_RGB = [v2.ToImage(), v2.RGB()]
+TO_FLOAT = [v2.ToDtype(torch.float32, scale=True), v2.ToPureTensor()]
 
 
 def as_hw(image_size: ImageSize) -> tuple[int, int]:
@@ -25,15 +28,6 @@ def as_hw(image_size: ImageSize) -> tuple[int, int]:
     if not pair or not all(isinstance(s, int) and s > 0 for s in hw):
         raise ValueError(f"image_size must be a positive int or (H, W), got {image_size!r}")
     return hw[0], hw[1]
-
-
-def _to_rgb() -> list[v2.Transform]:
-    # grayscale inputs become 3 equal channels, so every batch stacks to [B, 3, H, W]
-    return [v2.ToImage(), v2.RGB()]
-
-
-def _to_float() -> list[v2.Transform]:
-    return [v2.ToDtype(torch.float32, scale=True), v2.ToPureTensor()]
 
 
 def fine_grained_transform(image_size: ImageSize = 224, *, train: bool) -> v2.Compose:
@@ -47,7 +41,7 @@ def fine_grained_transform(image_size: ImageSize = 224, *, train: bool) -> v2.Co
         ops = [v2.RandomResizedCrop(hw, antialias=True), v2.RandomHorizontalFlip()]
     else:
         ops = [v2.Resize(round(max(hw) * 256 / 224), antialias=True), v2.CenterCrop(hw)]
-    return v2.Compose([*_to_rgb(), *ops, *_to_float()])
+    return v2.Compose([*TO_RGB, *ops, *TO_FLOAT])
 
 
 def reid_transform(
@@ -59,10 +53,10 @@ def reid_transform(
 ) -> v2.Compose:
     """Market/MSMT17: Resize to `(H, W)`; train adds flip, pad + random crop, random erasing."""
     hw = as_hw(image_size)
-    ops: list[v2.Transform] = [*_to_rgb(), v2.Resize(hw, antialias=True)]
+    ops: list[v2.Transform] = [*TO_RGB, v2.Resize(hw, antialias=True)]
     if train:
         ops += [v2.RandomHorizontalFlip(), v2.Pad(pad), v2.RandomCrop(hw)]
-    ops += _to_float()
+    ops += TO_FLOAT
     if train and erasing_p > 0:
         ops.append(v2.RandomErasing(p=erasing_p, value=list(IMAGENET_MEAN)))
     return v2.Compose(ops)
