@@ -38,8 +38,7 @@ def usage() -> str:
     manual's page of each command (a file under docs/, and its `mkdocs serve` URL)."""
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
-    # A command without a page of its own points to the reference of every command.
-    pages = {name: PAGES.get(name, PAGES["circlebench"]) for name in (*COMMANDS, "circlebench")}
+    pages = {name: PAGES[name] for name in (*COMMANDS, "circlebench")}
     files = max(len(page) for page in pages.values()) + len("docs/")
     links = [
         f"  {'(all)' if name == 'circlebench' else name:<{width}}  "

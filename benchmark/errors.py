@@ -67,9 +67,7 @@ def class_hint(message: str) -> str:
         module = importlib.import_module(found.group(1))
     except ImportError:
         return ""
-    names = getattr(module, "__all__", None) or [
-        n for n, v in vars(module).items() if inspect.isclass(v) and not n.startswith("_")
-    ]
+    names = getattr(module, "__all__", None) or [n for n in vars(module) if not n.startswith("_")]
     classes = sorted(n for n in names if inspect.isclass(getattr(module, n, None)))
     return f"{found.group(1)} has: {', '.join(classes)}" if classes else ""
 
@@ -79,8 +77,6 @@ def short_errors(prog: str) -> Iterator[None]:
     """Run the body; an exception becomes a short message on stderr and exit status 1."""
     try:
         yield
-    except (SystemExit, KeyboardInterrupt):
-        raise
     except Exception as error:
         if debugging():
             raise

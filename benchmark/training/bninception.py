@@ -72,9 +72,7 @@ class BNInception(nn.Module):
         self._add_conv("conv2_3x3_reduce", 64, 64, 1)
         self._add_conv("conv2_3x3", 64, 192, 3)
         # Per block: its branches as chains of conv names, then the pooling branch's projection.
-        self._branches: list[tuple[InceptionSpec, list[list[str]], str | None]] = []
-        for spec in BLOCKS:
-            self._branches.append((spec, *self._add_block(spec)))
+        self._branches = [(spec, *self._add_block(spec)) for spec in BLOCKS]
         self.last_linear = nn.Linear(NUM_FEATURES, num_classes) if num_classes else None
 
     def _add_conv(self, name: str, cin: int, cout: int, k: int, stride: int = 1) -> str:
@@ -119,10 +117,8 @@ class BNInception(nn.Module):
             outputs.append(y)
         if spec.pool == "avg":
             pooled = F.avg_pool2d(x, 3, stride=1, padding=1, ceil_mode=True)
-        elif spec.stride == 1:  # 5b: max pooling that keeps the grid
-            pooled = F.max_pool2d(x, 3, stride=1, padding=1, ceil_mode=True)
-        else:
-            pooled = F.max_pool2d(x, 3, stride=spec.stride, ceil_mode=True)
+        else:  # padded at stride 1 (5b), keeping the grid; 3c and 4e halve it
+            pooled = F.max_pool2d(x, 3, spec.stride, padding=int(spec.stride == 1), ceil_mode=True)
         outputs.append(self._conv_bn_relu(proj, pooled) if proj else pooled)
         sizes = {tuple(y.shape[2:]) for y in outputs}
         if len(sizes) > 1:

@@ -16,12 +16,7 @@ from typing import Any, Literal, cast, get_args
 import torch
 from torch import Tensor, nn
 
-from benchmark.training.tokens import (
-    TokenPool,
-    TokenPooling,
-    is_token_backbone,
-    layer_decay_groups,
-)
+from benchmark.training.tokens import TokenPool, TokenPooling, is_token_backbone, layer_decay_groups
 from benchmark.training.weights import pretrained_backbone
 
 MapPooling = Literal["avg", "max", "avgmax", "gem"]
@@ -207,17 +202,14 @@ class Embedder(PooledBackbone, EmbedderBase):
         if bnneck:
             self.neck.bias.requires_grad_(False)  # zero shift keeps features centred for cosine
         if freeze_bn:
-            for module in self.backbone.modules():
-                if isinstance(module, _BATCH_NORMS):
-                    module.requires_grad_(False)
             self.train(self.training)
 
     def train(self, mode: bool = True) -> Embedder:
         super().train(mode)
-        if self.freeze_bn:  # BN statistics stay those of the pretrained weights
+        if self.freeze_bn:  # BN statistics and affine parameters stay the pretrained ones
             for module in self.backbone.modules():
                 if isinstance(module, _BATCH_NORMS):
-                    module.eval()
+                    module.eval().requires_grad_(False)
         return self
 
     def forward(self, images: Tensor) -> Tensor:

@@ -107,10 +107,7 @@ def drop_rows(path: str | Path, cell_ids: set[str]) -> None:
     _rewrite(path, lambda header, rows: (header, [r for r in rows if r["cell_id"] not in cell_ids]))
 
 
-def _rewrite(
-    path: str | Path,
-    edit: Callable[[list[str], Rows], tuple[list[str], Rows]],
-) -> None:
+def _rewrite(path: str | Path, edit: Callable[[list[str], Rows], tuple[list[str], Rows]]) -> None:
     """Replace the CSV at `path` by `edit(header, rows)` of its content (none if absent).
 
     An exclusive `fcntl` lock on a sidecar `.lock` file serialises writers across processes;

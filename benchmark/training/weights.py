@@ -15,6 +15,8 @@ from typing import Any, cast
 
 import timm
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from torch import Tensor, nn
 
@@ -120,7 +122,10 @@ def _read_state(path: Path) -> dict[str, Tensor]:
             ".pth state dict, pretrained=True for the built-in source, or pretrained=False"
         )
     if path.suffix == ".safetensors":
-        return _read_safetensors(path)
+        try:
+            return load_file(path, device="cpu")
+        except SafetensorError as err:
+            raise ValueError(f"{path} is not a safetensors file: {err}") from err
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError) as err:
@@ -128,18 +133,3 @@ def _read_state(path: Path) -> dict[str, Tensor]:
     if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
         state = state["state_dict"]
     return dict(state)
-
-
-def _read_safetensors(path: Path) -> dict[str, Tensor]:
-    try:
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-    except ImportError as err:
-        raise ImportError(
-            f"reading {path} needs safetensors: `pip install safetensors`, or save the "
-            "weights with torch.save(model.state_dict(), 'weights.pth') and pass that file"
-        ) from err
-    try:
-        return load_file(path, device="cpu")
-    except SafetensorError as err:
-        raise ValueError(f"{path} is not a safetensors file: {err}") from err
