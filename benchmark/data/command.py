@@ -156,10 +156,7 @@ def _verify(console: Console, args: argparse.Namespace) -> None:
     for column in ("split", "images", "official", "classes", "official", "missing", "unreadable"):
         table.add_column(column)
     problems, listed = [], []
-    named = {"train": splits.train, "query": splits.query, "gallery": splits.gallery}
-    for name, split in named.items():
-        if split is None:
-            continue
+    for name, split in [("train", splits.train), *splits.test_sets()]:
         images, classes = len(split), len(set(split.labels))
         expected = official.get(name)
         missing, bad = _check_files(split, decode=not args.no_decode)

@@ -55,11 +55,9 @@ class SlurmOptions:
     one_task: bool = False  # one Slurm task per job whatever its GPUs (a tuning worker forks)
 
     def __post_init__(self) -> None:
-        limits: list[tuple[str, int | None, int]] = [("gpus", self.gpus, 0)]
-        limits += [("nodes", self.nodes, 1), ("cpus", self.cpus, 1)]
-        limits += [("time_min", self.time_min, 1), ("max_parallel", self.max_parallel, 1)]
-        for what, value, least in limits:
-            if value is not None and value < least:
+        limits = {"gpus": 0, "nodes": 1, "cpus": 1, "time_min": 1, "max_parallel": 1}
+        for what, least in limits.items():
+            if (value := getattr(self, what)) is not None and value < least:
                 raise ValueError(f"Slurm {what} must be at least {least}, got {value}")
         if self.nodes > 1 and self.gpus == 0:
             raise ValueError(
@@ -263,6 +261,4 @@ def wait_for_jobs(job_ids: Sequence[str], poll_s: float = 10.0) -> dict[str, Job
 
 def cancel(job_ids: Iterable[str]) -> None:
     """`scancel` these jobs (array tasks)."""
-    ids = list(job_ids)
-    if ids:
-        subprocess.run(["scancel", *ids], capture_output=True, timeout=120, check=False)
+    subprocess.run(["scancel", *job_ids], capture_output=True, timeout=120, check=False)

@@ -11,21 +11,17 @@ DEFAULT_TIME_MIN = 240
 DEFAULT_CPUS = 8  # without the suite's threads: the paper configs' 8 data loader workers
 
 
-def add_launcher_argument(parser: argparse.ArgumentParser, what: str) -> None:
-    """`--launcher local|slurm` for a command that runs `what` (cells, tuning workers)."""
+def add_slurm_request(parser: argparse.ArgumentParser, unit: str, *, nodes: bool) -> None:
+    """`--launcher local|slurm`, and the options of what each array task (a `unit`: cell,
+    worker) asks Slurm for; `nodes` adds `--nodes-per-<unit>` (a cell's DDP across nodes)."""
     parser.add_argument(
         "--launcher",
         choices=["local", "slurm"],
         default="local",
-        help=f"where {what} run: processes on this machine (default), or one Slurm job array "
+        help=f"where the {unit}s run: processes on this machine (default), or one Slurm job array "
         "through submitit (the repository, results and Python environment on a file system "
         "shared with the nodes)",
     )
-
-
-def add_slurm_request(parser: argparse.ArgumentParser, unit: str, *, nodes: bool) -> None:
-    """The options of what each array task (a `unit`: cell, worker) asks Slurm for; `nodes`
-    adds `--nodes-per-<unit>` (a cell's DDP across nodes)."""
     slurm = parser.add_argument_group("Slurm (--launcher slurm)")
     slurm.add_argument("--partition", help="Slurm partition (default: the cluster's)")
     gpus_help = (

@@ -26,7 +26,7 @@ from submitit.core.utils import pickle_load
 from benchmark.launch import slurm
 from benchmark.launch.processes import print_failure, progress_bar
 from benchmark.launch.slurm import JobWatch, SlurmOptions, cancel, job_states, submit_array
-from benchmark.launch.slurm_options import add_launcher_argument, add_slurm_request, slurm_options
+from benchmark.launch.slurm_options import add_slurm_request, slurm_options
 from benchmark.launch.slurm_tasks import CallTask
 from benchmark.leaderboard.cells import (
     CellSettings,
@@ -48,14 +48,13 @@ LEDGER = Path("slurm", "jobs.json")  # in a suite's work folder: each cell's lat
 
 def add_slurm_arguments(parser: argparse.ArgumentParser) -> None:
     """`--launcher`, `--status` and the Slurm request's options."""
-    add_launcher_argument(parser, "cells")
+    add_slurm_request(parser, "cell", nodes=True)
     parser.add_argument(
         "--status",
         action="store_true",
         help="with --launcher slurm: show where each cell stands (row written, job pending, "
         "running or failed with its Slurm state and log); run nothing",
     )
-    add_slurm_request(parser, "cell", nodes=True)
 
 
 def slurm_launcher(

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from benchmark.errors import ArgumentParser
 from benchmark.launch.processes import on_threads, progress_bar, terminal_console
-from benchmark.launch.slurm_options import add_launcher_argument, add_slurm_request, slurm_options
+from benchmark.launch.slurm_options import add_slurm_request, slurm_options
 from benchmark.manual import manual_line
 from benchmark.tuning.experiment import Budget, Experiment, parsed_config
 from benchmark.tuning.gpu_hours import study_plan
@@ -30,7 +30,7 @@ from benchmark.tuning.history import log_history
 from benchmark.tuning.objective import run_trial
 from benchmark.tuning.on_slurm import tune_on_slurm
 from benchmark.tuning.space import derived_space, space_path
-from benchmark.tuning.study import Heartbeat, Proposer, counted, work
+from benchmark.tuning.study import Proposer, counted, work
 from benchmark.tuning.task import RESULTS, Task
 from benchmark.tuning.tuned import TunedFiles, group_files, write_tuned
 
@@ -94,7 +94,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run nothing: print each study's budget and expected GPU-hours",
     )
-    add_launcher_argument(parser, "the workers")
     add_slurm_request(parser, "worker", nodes=False)
     return parser
 
@@ -102,9 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of `circlebench tune`."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    ours, fit_overrides = (
-        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if ("--" in argv) else (argv, [])
-    )
+    split = argv.index("--") if "--" in argv else len(argv)
+    ours, fit_overrides = argv[:split], argv[split + 1 :]
     parser = build_parser()
     args = parser.parse_args(ours)
     if args.workers < 1 or args.threads < 1:
@@ -241,7 +239,7 @@ def tune(task: Task, *, workers: int, threads: int, console: Console) -> dict:
     def objective(trial: optuna.Trial) -> float:
         return run_trial(trial, experiment, task.budget, task.work_dir, threads)
 
-    with progress_bar(console) as progress, Heartbeat() as beat:
+    with progress_bar(console) as progress:
         bar = progress.add_task(task.study, total=task.budget.trials)
 
         def done(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
@@ -254,7 +252,7 @@ def tune(task: Task, *, workers: int, threads: int, console: Console) -> dict:
         proposer = Proposer(task.budget, experiment.space.distributions())  # one per process
 
         def worker(_: int) -> None:
-            work(study, task.storage, proposer, objective, beat, stop=stop, done=done)
+            work(study, task.storage, proposer, objective, stop=stop, done=done)
 
         on_threads(worker, range(workers), workers, stop.set)  # stop: no new trial
     return _write(task, study, experiment, console)

@@ -7,7 +7,7 @@ which `num_classes` a fold must shrink.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -56,9 +56,6 @@ class Budget:
             f"val {self.metric}, TPE ({self.startup_trials} random first, seed "
             f"{self.sampler_seed}), {pruning}"
         )
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ group declares for its losses, which `circlebench tune --suite S --group G` spen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from benchmark.errors import read_yaml
@@ -60,7 +60,7 @@ class Group:
             return f"not tuned yet: run `{command}`"
         if summary["tuned_for"] != recipe(config, self.overrides_for(config), root):
             return f"{files.summary} was tuned for another config or overrides: run `{command}`"
-        if self.tuning is not None and summary["budget"] != self.tuning.as_dict():
+        if self.tuning is not None and summary["budget"] != asdict(self.tuning):
             return f"{files.summary} was tuned with another budget: run `{command}`"
         return None
 

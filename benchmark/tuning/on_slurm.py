@@ -19,7 +19,7 @@ from rich.console import Console
 from benchmark.launch.slurm import SlurmOptions, submit_array, wait_for_jobs
 from benchmark.launch.slurm_tasks import CallTask
 from benchmark.tuning.objective import run_trial
-from benchmark.tuning.study import Heartbeat, Proposer, counted
+from benchmark.tuning.study import Proposer, counted
 from benchmark.tuning.study import work as study_work
 from benchmark.tuning.task import Task
 
@@ -40,9 +40,8 @@ def worker(task: Task, threads: int, index: int) -> None:
         why = trial.user_attrs.get("error", "")
         print(f"trial {trial.number} {trial.state.name} {trial.value or ''} {why}", flush=True)
 
-    with Heartbeat() as beat:
-        stop = threading.Event()  # a Slurm job is stopped by Slurm, not by Ctrl-C
-        study_work(study, task.storage, proposer, objective, beat, stop=stop, done=done)
+    stop = threading.Event()  # a Slurm job is stopped by Slurm, not by Ctrl-C
+    study_work(study, task.storage, proposer, objective, stop=stop, done=done)
     print(f"{task.study}: budget of {task.budget.trials} trials spent", flush=True)
 
 

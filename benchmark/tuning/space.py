@@ -47,7 +47,6 @@ class Parameter:
 class SearchSpace:
     """A loss's space: the class it is for and its parameters (own, then shared knobs)."""
 
-    name: str
     file: Path
     loss: str
     parameters: tuple[Parameter, ...]
@@ -102,7 +101,7 @@ def load_space(file: Path) -> SearchSpace:
     names = [p.name for p in params]
     if len(set(names)) != len(names):
         raise ValueError(f"{file}: parameter names repeat: {names}")
-    return SearchSpace(file.stem, file, spec["loss"], tuple(params))
+    return SearchSpace(file, spec["loss"], tuple(params))
 
 
 def _training_knobs(space: Path) -> dict[str, Parameter]:

@@ -230,37 +230,23 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class Heartbeat:
-    """A thread that stamps `heartbeat` into this process's running trials every HEARTBEAT_S."""
+@contextlib.contextmanager
+def _heartbeat(trial: optuna.Trial) -> Iterator[None]:
+    """Stamp `heartbeat` into `trial` every HEARTBEAT_S while the block runs (its objective)."""
+    stop = threading.Event()
 
-    def __init__(self) -> None:
-        self.trials: dict[int, optuna.Trial] = {}
-        self._lock, self._stop = threading.Lock(), threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="tune-heartbeat")
+    def beat() -> None:
+        while not stop.wait(HEARTBEAT_S):
+            with contextlib.suppress(RuntimeError):  # failed as stale by another worker
+                trial.set_user_attr("heartbeat", time.time())
 
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def add(self, trial: optuna.Trial) -> None:
-        with self._lock:
-            self.trials[trial.number] = trial
-
-    def discard(self, trial: optuna.Trial) -> None:
-        with self._lock:
-            self.trials.pop(trial.number, None)
-
-    def _run(self) -> None:
-        while not self._stop.wait(HEARTBEAT_S):
-            with self._lock:
-                running = list(self.trials.values())
-            for trial in running:
-                with contextlib.suppress(RuntimeError):  # it finished meanwhile
-                    trial.set_user_attr("heartbeat", time.time())
+    thread = threading.Thread(target=beat, daemon=True, name="tune-heartbeat")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 Objective = Callable[[optuna.Trial], float]
@@ -272,7 +258,6 @@ def work(
     storage_url: str,
     proposer: Proposer,
     objective: Objective,
-    heartbeat: Heartbeat,
     *,
     stop: threading.Event,
     done: Done | None = None,
@@ -289,9 +274,9 @@ def work(
             trial.set_user_attr("worker_host", socket.gethostname())
             trial.set_user_attr("worker_pid", os.getpid())
             trial.set_user_attr("heartbeat", time.time())
-        heartbeat.add(trial)
         try:
-            value = objective(trial)
+            with _heartbeat(trial):
+                value = objective(trial)
         except optuna.TrialPruned:
             study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
         except Exception as error:  # recorded, and the study goes on: see the module docstring
@@ -303,8 +288,6 @@ def work(
             # skip_if_finished: another worker may have failed it as stale (a late heartbeat);
             # the first word stands, and the retry it enqueued runs the setting again.
             study.tell(trial, value, skip_if_finished=True)
-        finally:
-            heartbeat.discard(trial)
         if done is not None:
             done(study, study.get_trials(deepcopy=False)[trial.number])
 

@@ -14,7 +14,7 @@ import hashlib
 import io
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +109,7 @@ def write_tuned(
         "study": study.study_name,
         "tuned_for": recipe(experiment.config, experiment.overrides),
         "space": str(experiment.space.file),
-        "budget": budget.as_dict(),
+        "budget": asdict(budget),
         "budget_text": budget.describe(),
         "trials": _counts(trials),
         "best": _trial(best),

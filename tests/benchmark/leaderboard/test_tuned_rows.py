@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import subprocess
@@ -141,7 +142,7 @@ def _tune(project: Path, stem: str, overrides: tuple[str, ...] = ("--b=2",)) -> 
     files.config.write_text("trainer: {max_epochs: 3}\n")
     summary = {
         "tuned_for": recipe(Path(f"experiments/syn/{stem}.yaml"), overrides, project),
-        "budget": Budget(trials=30, folds=3, max_epochs=4).as_dict(),
+        "budget": dataclasses.asdict(Budget(trials=30, folds=3, max_epochs=4)),
     }
     files.summary.write_text(json.dumps(summary))
     return files.config

@@ -25,7 +25,6 @@ from benchmark.tuning import study
 from benchmark.tuning.experiment import Budget
 from benchmark.tuning.study import (
     DUPLICATE_OF,
-    Heartbeat,
     Proposer,
     counted,
     create_study,
@@ -55,9 +54,8 @@ def _study(storage: str) -> optuna.Study:
 
 def _run(storage: str, objective=_value, worker: int = 0) -> optuna.Study:
     study = _study(storage)
-    with Heartbeat() as beat:
-        proposer = Proposer(BUDGET, GRID, worker)
-        work(study, storage, proposer, objective, beat, stop=threading.Event())
+    proposer = Proposer(BUDGET, GRID, worker)
+    work(study, storage, proposer, objective, stop=threading.Event())
     return study
 
 
@@ -121,19 +119,18 @@ def test_two_local_workers_run_distinct_settings(tmp_path: Path) -> None:
         time.sleep(0.05)  # both workers have a trial running at once
         return _value(trial)
 
-    with Heartbeat() as beat:
-        threads = [
-            threading.Thread(
-                target=work,
-                args=(study, storage, proposer, slow, beat),
-                kwargs={"stop": threading.Event()},
-            )
-            for _ in range(2)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+    threads = [
+        threading.Thread(
+            target=work,
+            args=(study, storage, proposer, slow),
+            kwargs={"stop": threading.Event()},
+        )
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     _assert_full_budget_of_distinct_settings(storage)
 
 
@@ -181,8 +178,8 @@ def test_a_space_smaller_than_the_budget_is_a_clear_error(tmp_path: Path) -> Non
     storage = str(tmp_path / "study.journal")
     study = create_study("s", open_storage(storage), BUDGET)
     proposer = Proposer(BUDGET, {"c": CategoricalDistribution(["a", "b"])})
-    with Heartbeat() as beat, pytest.raises(RuntimeError, match="fewer distinct settings"):
-        work(study, storage, proposer, lambda t: 1.0, beat, stop=threading.Event())
+    with pytest.raises(RuntimeError, match="fewer distinct settings"):
+        work(study, storage, proposer, lambda t: 1.0, stop=threading.Event())
     complete = [t for t in study.get_trials() if t.state == TrialState.COMPLETE]
     assert sorted(t.params["c"] for t in complete) == ["a", "b"]
 

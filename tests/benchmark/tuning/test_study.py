@@ -28,7 +28,6 @@ from benchmark.tuning.study import (
     LOCK_GRACE_S,
     RETRY_OF,
     STALE_S,
-    Heartbeat,
     Proposer,
     counted,
     create_study,
@@ -55,8 +54,7 @@ def _run(
 ) -> optuna.Study:
     study = _study(storage, budget)
     proposer = Proposer(budget, space or SPACE, worker)
-    with Heartbeat() as beat:
-        work(study, storage, proposer, objective, beat, stop=stop or threading.Event())
+    work(study, storage, proposer, objective, stop=stop or threading.Event())
     return study
 
 
@@ -90,17 +88,16 @@ def test_threads_of_one_process_share_the_budget(tmp_path: Path) -> None:
     storage = str(tmp_path / "study.journal")
     study, stop = _study(storage), threading.Event()
     proposer = Proposer(BUDGET, SPACE)
-    with Heartbeat() as beat:
-        threads = [
-            threading.Thread(
-                target=work, args=(study, storage, proposer, _value, beat), kwargs={"stop": stop}
-            )
-            for _ in range(3)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+    threads = [
+        threading.Thread(
+            target=work, args=(study, storage, proposer, _value), kwargs={"stop": stop}
+        )
+        for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     assert len(study.get_trials()) == BUDGET.trials
 
 
