@@ -16,6 +16,7 @@ the peers on the GPU and adds each one's GPU memory peak (torch's allocator) bes
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import resource
@@ -163,15 +164,8 @@ def first_seconds(case: Case, path: str, device: str) -> float:
     return median_seconds(lambda: ev.evaluate(**data), warmup=0, repeat=1)
 
 
-def run_case(
-    case: Case,
-    repeat: int,
-    baseline_queries: int,
-    paths: list[str],
-    peers: list[str],
-    device: str = "cpu",
-    cold: bool = False,
-) -> None:
+def run_case(case: Case, args: argparse.Namespace, device: str) -> None:
+    repeat, paths, peers = args.repeat, args.path or [*ARITHMETICS, "faiss"], args.peer or [*PEERS]
     size = f"{case.n_query:,} x {(case.n_gallery or case.n_query):,}, D={case.dim}"
     print(f"\n== {case.name}: {case.protocol} {size}, {case.n_classes:,} classes ==")
     data = make_data(case)
@@ -181,7 +175,7 @@ def run_case(
         ev = evaluator(case, path, device)
         result, seconds, mem, gpu_mem = _timed(lambda ev=ev: ev.evaluate(**data), repeat, device)
         label = f"{ev.last_backend}{' (auto)' if path == 'auto' else ''}"
-        first = cold_seconds(case, path, device) if cold else None
+        first = cold_seconds(case, path, device) if args.cold else None
         measured.append((label, seconds, _memory(mem, gpu_mem, device), mem, result, first))
     peer_times = {}
     for peer in peers:
@@ -196,7 +190,7 @@ def run_case(
         peer_times[peer] = seconds
         shown = "  ".join(f"{k} {v:.4f}" for k, v in result.items())
         print(f"{peer:24s} {seconds:8.2f} s  {_memory(mem, gpu_mem, device)}  {shown}")
-    n_b = min(case.n_query, baseline_queries)
+    n_b = min(case.n_query, args.baseline_queries)
     base_result, base_time, base_mem, base_gpu = _timed(
         lambda: baseline(case, data, n_b, device=device), 1, device
     )
@@ -228,12 +222,7 @@ def run_case(
 
 
 def _verdict(
-    case: Case,
-    seconds: float,
-    mem: int,
-    pml: float | None,
-    best_peer: float | None,
-    device: str = "cpu",
+    case: Case, seconds: float, mem: int, pml: float | None, best_peer: float | None, device: str
 ) -> str:
     """The issues' targets. SOP-sized cases on a CPU: an absolute time (5 s with AMX, 12 s
     with AVX-512-BF16, 20 s elsewhere) and 2.5x pytorch-metric-learning; the re-ID sizes:
@@ -271,8 +260,7 @@ def run_rerank(case: Case) -> None:
           f"the plain {plain.last_backend} ({plain_s:.2f} s); process peak RSS "
           f"{process_peak / 2**30:.2f} GiB, target {RERANK_TARGET_GB:g} GB: {verdict}")  # fmt: skip
     scores = "  ".join(f"{k} {v:.4f}" for k, v in result.items())
-    method = ev.last_report.rerank if ev.last_report is not None else ""
-    print(f"           {method}, CPU {torch.backends.cpu.get_cpu_capability()}: {scores}")
+    print(f"           {ev.rerank}, CPU {torch.backends.cpu.get_cpu_capability()}: {scores}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -311,10 +299,8 @@ def main(argv: list[str] | None = None) -> None:
           f"{_arithmetic.SMALL_MACS:.3g} multiply-adds (native bfloat16: "
           f"{'yes' if native else 'no'}){engine}"
           f"{f'; but {ENV_VAR}={env}' if env != 'auto' else ''}")  # fmt: skip
-    paths = args.path or [*ARITHMETICS, "faiss"]  # auto first, then every named arithmetic
-    peers = args.peer or list(PEERS)
     for name in args.case or REAL_SIZES:
         case = scaled_case(CASES[name], args.subset)
-        run_case(case, args.repeat, args.baseline_queries, paths, peers, device.type, args.cold)
+        run_case(case, args, device.type)
         if args.rerank:
             run_rerank(case)

@@ -111,10 +111,10 @@ class Runner:
         if step.loop == "compute":  # one batch on the GPU: no loading at all
             images, labels, cameras = next(iter(loader))
             batches = repeat((images.to(self.device), labels.to(self.device), cameras))
-        autocast = torch.bfloat16 if step.precision == "bf16-mixed" else None
+        bf16 = step.precision == "bf16-mixed"
         rate, peak = gpu_peak(
             lambda: bare_images_per_s(
-                module.embedder, module.loss, batches, steps, warmup, autocast=autocast
+                module.embedder, module.loss, batches, steps, warmup, bf16=bf16
             ),
             self.kind,
         )
