@@ -67,15 +67,15 @@ def sgemm() -> str:
 
 
 def block(device: torch.device, *, faiss: bool = False) -> Block:
-    """The block function (query copy, gallery copy) -> Shortlist on `device`: faiss's float32
+    """The block function (gallery copy) -> Shortlist on `device`: faiss's float32
     product (`backend="faiss"`), else torch's in the copies' dtype, float32 on the CPU by
     `sgemm`'s engine (every engine gives the same metrics: the re-check is exact)."""
     if faiss:
-        return lambda query, gallery: FaissShortlist(gallery, device)
+        return lambda gallery: FaissShortlist(gallery, device)
     if device.type == "cuda":
-        return lambda query, gallery: CudaShortlist(gallery)
+        return CudaShortlist
     engine = sgemm()
-    return lambda query, gallery: CpuShortlist(gallery, engine)
+    return lambda gallery: CpuShortlist(gallery, engine)
 
 
 class CpuShortlist:

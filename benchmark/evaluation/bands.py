@@ -37,7 +37,7 @@ class Shortlist(Protocol):
     readout: torch.dtype  # the dtype its blocks come in
 
 
-Block = Callable[[LowCopy, LowCopy], Shortlist]  # (query copy, gallery copy) -> its shortlist
+Block = Callable[[LowCopy], Shortlist]  # gallery copy -> its shortlist
 _EMPTY = np.iinfo(np.int64).max  # floor of a query without positives: no score reaches it
 _BITS = {torch.bfloat16: (torch.int16, 16), torch.float32: (torch.int32, 0)}  # see `_bits`
 
@@ -45,8 +45,6 @@ _BITS = {torch.bfloat16: (torch.int16, 16), torch.float32: (torch.int32, 0)}  # 
 def _bits(scores: Tensor) -> tuple[np.ndarray, int]:
     """A CPU block's scores as raw bits (its own memory) and the shift that puts them in
     float32's place: bfloat16 as int16 << 16, float32 as int32 << 0."""
-    if scores.dtype not in _BITS:
-        raise TypeError(f"similarity blocks must be bfloat16 or float32, not {scores.dtype}")
     int_dtype, shift = _BITS[scores.dtype]
     return scores.contiguous().view(int_dtype).numpy(), shift
 

@@ -104,7 +104,7 @@ def positive_ranks(
     g_sorted = g_labels[g_order]
     # Queries in label order: a chunk then touches few label groups (ranks do not depend on it).
     q_order = torch.argsort(q_labels, stable=True)
-    passes = [(q, g, block(q.query, g.gallery), shortlist_error(q, g))]
+    passes = [(q, g, block(g.gallery), shortlist_error(q, g))]
     tabs, fallbacks = [], 0
     for start in range(0, q_labels.numel(), chunk_size):
         q_index = q_order[start : start + chunk_size]
@@ -126,9 +126,7 @@ def positive_ranks(
                 break
             if len(passes) == 1 and fallback is not None:  # the first overflow: float32 copies
                 q32, g32 = q.in_dtype(torch.float32), g.in_dtype(torch.float32)
-                passes.append(
-                    (q32, g32, fallback(q32.query, g32.gallery), shortlist_error(q32, g32))
-                )
+                passes.append((q32, g32, fallback(g32.gallery), shortlist_error(q32, g32)))
             fallbacks += 1
         tabs.append(tab)
     return _result(tabs, fallbacks)
@@ -147,7 +145,7 @@ class _Panels:
     @staticmethod
     def of(q: UnitEmbeddings, order: Tensor, block: Block, pairs: Tensor, sims: Tensor) -> _Panels:
         copy = q.gallery.rows(order)  # the query and gallery copies are one
-        shortlist = block(copy, copy)
+        shortlist = block(copy)
         eps_in = shortlist_error(q, q)
         tab = threshold_tables(pairs, sims, order.numel(), eps_in, shortlist.readout)
         return _Panels(q, order, copy.values, shortlist, tab)

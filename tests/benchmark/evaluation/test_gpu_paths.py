@@ -93,7 +93,7 @@ def test_evaluation_on_blocks_without_out_dtype_is_exact(
 ) -> None:
     """torch 2.4-2.7's CUDA blocks, through the whole evaluator: the float32 answers."""
     monkeypatch.setattr(
-        arithmetic, "block", lambda device, faiss: lambda q, g: CudaShortlist(g, out_dtype=False)
+        arithmetic, "block", lambda device, faiss: lambda g: CudaShortlist(g, out_dtype=False)
     )
     gen = torch.Generator().manual_seed(1)
     x, labels = _rows(2), torch.randint(0, 12, (120,), generator=gen)
