@@ -14,11 +14,13 @@ import inspect
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import yaml
+
+T = TypeVar("T")
 
 MAX_LINES = 5
 DEBUG_FLAG = "--debug"
@@ -108,6 +110,14 @@ class ArgumentParser(argparse.ArgumentParser):
                 raise handled
             super().error(message)
         self.exit(2, shortened(f"{self.prog}: error: {message}", f"({self.prog} --help)") + "\n")
+
+    def loaded(self, load: Callable[[], T]) -> T:
+        """`load()`; a KeyError, ValueError or FileNotFoundError (a suite, group or config the
+        command line names that is absent or wrong) is this parser's error."""
+        try:
+            return load()
+        except (KeyError, ValueError, FileNotFoundError) as error:
+            self.error(str(error.args[0]))
 
 
 def read_yaml(path: Path) -> Any:

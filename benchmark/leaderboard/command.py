@@ -9,7 +9,6 @@ leaderboard with `R/O/leaderboard.csv`.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import shutil
 import tempfile
@@ -59,7 +58,7 @@ RUNNERS: dict[str, CellRunner] = {
 DEFAULT_ISOLATION = "fork" if fork_available() else "subprocess"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="circlebench leaderboard",
         description="Run a suite (experiments/suites/NAME.yaml) and write its leaderboard.",
@@ -118,10 +117,7 @@ def main(argv: list[str] | None = None) -> None:
         args.jobs < 1 or (args.jobs > 1 and args.isolation == "in-process")
     ):
         parser.error(f"--jobs must be 1, or more without --isolation in-process; got {args.jobs}")
-    try:
-        suite = load_suite(args.suite, Path("."), args.seeds)
-    except (KeyError, ValueError, FileNotFoundError) as error:
-        parser.error(str(error.args[0]))
+    suite = parser.loaded(lambda: load_suite(args.suite, Path("."), args.seeds))
     if args.plan:
         print(suite_plan(suite))
         return

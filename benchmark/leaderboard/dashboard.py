@@ -11,7 +11,6 @@ updated), bounded in time and without prompts (`wandb_views`).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 from collections.abc import Callable
@@ -205,7 +204,7 @@ def view_spec(view: wr.Report) -> dict[str, Any]:
     return {"wandb_workspaces": version("wandb-workspaces"), "view": spec}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="circlebench dashboard",
         description="Write a suite's W&B view as JSON; --publish saves it to W&B.",
@@ -226,10 +225,7 @@ def main(
     """Entry point of `circlebench dashboard` (`store_factory`: the W&B server; tests: a fake)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        suite = load_suite(args.suite, Path("."))
-    except (KeyError, ValueError, FileNotFoundError) as error:
-        parser.error(str(error.args[0]))
+    suite = parser.loaded(lambda: load_suite(args.suite, Path(".")))
     work = args.results_dir / "suites" / suite.name
     rows = suite_rows(work / "rows.csv", suite.cells())
     if rows.empty:

@@ -89,8 +89,7 @@ def recall_plot(entries: pd.DataFrame) -> Figure:
     ax.set_prop_cycle(**LINES)
     for _, row in entries.iterrows():
         means = [float(row[f"{m}_mean"]) for m in recalls]
-        cis = [float(row[f"{m}_ci95"]) for m in recalls]
-        errors = [0.0 if math.isnan(c) else c for c in cis]
+        errors = np.nan_to_num([float(row[f"{m}_ci95"]) for m in recalls])
         ax.errorbar(ks, means, yerr=errors, marker="o", capsize=3, label=_label(row["experiment"]))
     ax.set_xscale("log", base=2 if max(ks, default=1) <= 64 else 10)
     ax.set_xticks(ks, [str(k) for k in ks])
@@ -168,8 +167,9 @@ def tuned_vs_default(entries: pd.DataFrame, metric: str) -> Figure | None:
     for offset, label, suffix in ((-0.5, "default", ""), (0.5, "tuned", TUNED)):
         rows = [entries[names == f"{stem}{suffix}"] for stem in tuned]
         means = [float(r[f"{metric}_mean"].iloc[0]) if len(r) else math.nan for r in rows]
-        cis = [float(r[f"{metric}_ci95"].iloc[0]) if len(r) else math.nan for r in rows]
-        errors = [0.0 if math.isnan(c) else c for c in cis]
+        errors = np.nan_to_num(
+            [float(r[f"{metric}_ci95"].iloc[0]) if len(r) else math.nan for r in rows]
+        )
         ax.bar(slots + offset * _WIDTH, means, _WIDTH, yerr=errors, capsize=3, label=label,
                color=_SETTINGS[label])  # fmt: skip
     ax.set_xticks(slots, tuned, rotation=30, ha="right")

@@ -166,8 +166,7 @@ def _facts(facts: list[tuple[str, str]]) -> str:
     return f"<ul class='facts'>{items}</ul>"
 
 
-def _e(text: str) -> str:
-    return html.escape(text, quote=True)
+_e = html.escape  # quotes too: attributes are single-quoted
 
 
 def _image(name: str, kind: str, image_png: bytes) -> str:

@@ -45,7 +45,7 @@ BUDGET_FLAGS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="circlebench tune",
         description="Tune a loss's hyper-parameters with an equal budget on class-disjoint "
@@ -107,12 +107,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(ours)
     if args.workers < 1 or args.threads < 1:
         parser.error(f"--workers and --threads must be >= 1, got {args.workers}, {args.threads}")
-    try:
-        tasks = (
+    tasks = parser.loaded(
+        lambda: (
             suite_tasks(args, fit_overrides) if args.suite else [config_task(args, fit_overrides)]
         )
-    except (KeyError, ValueError, FileNotFoundError) as error:
-        parser.error(str(error.args[0]))
+    )
     if args.plan:
         for task in tasks:
             print(study_plan(task.config, task.overrides, task.budget, task.study))
