@@ -25,7 +25,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 LAST, INTERRUPTED = "last.ckpt", "interrupted.ckpt"
 # Data arguments that change where or how fast data is read, not what is trained or tested,
 # and those that only shape training batches (free to differ when evaluating a checkpoint).
-DATA_LOCATION = ("root", "num_workers", "eval_batch_size")
+DATA_LOCATION = ("root", "num_workers", "eval_batch_size", "cache_dir")
 DATA_BATCHES = ("p", "k", "batches_per_epoch")
 
 
@@ -162,8 +162,8 @@ def check_matches_config(ckpt_path: str | Path, config: dict[str, Any], *, train
             + "\n  ".join(problems)
             + "\nPass the config the checkpoint was trained with (its run folder's config.yaml);"
             " only evaluation settings (--model.recall_ks, --model.protocol, "
-            "--model.eval_backend, --model.eval_metrics, --model.rerank, the data root and "
-            "loaders) may be changed."
+            "--model.eval_backend, --model.eval_metrics, --model.rerank, the data root, "
+            "feature cache and loaders) may be changed."
         )
 
 

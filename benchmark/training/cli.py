@@ -22,6 +22,7 @@ from pytorch_lightning.loggers import Logger
 from benchmark.errors import class_hint, debugging, read_yaml, shortened
 from benchmark.manual import manual_line
 from benchmark.training.checkpoints import (
+    DATA_LOCATION,
     LAST,
     CheckpointInfo,
     best_checkpoint,
@@ -58,9 +59,9 @@ RUN_OPTIONS: dict[str, tuple[type, Any, str]] = {
 UNHASHED = {
     "": (*RUN_OPTIONS, "ckpt_path", "config", "verbose"),
     "trainer": ("logger", "default_root_dir", "enable_progress_bar", "enable_model_summary"),
-    "data.init_args": ("root", "num_workers", "eval_batch_size", "cache_dir"),
+    "data.init_args": DATA_LOCATION,
     # The image DataModule inside `CachedFeatureDataModule`:
-    "data.init_args.images.init_args": ("root", "num_workers", "eval_batch_size"),
+    "data.init_args.images.init_args": DATA_LOCATION,
 }
 
 

@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from benchmark.training.checkpoints import CheckpointInfo
+from benchmark.training.checkpoints import CheckpointInfo, check_matches_config
+from benchmark.training.cli import hashed_config
 
 ROOT = Path(__file__).resolve().parents[3]
 FINE = ROOT / "experiments" / "synthetic" / "fine_grained"
@@ -140,3 +142,22 @@ def test_testing_without_a_checkpoint_records_the_floor_with_a_warning(tmp_path:
     assert (floor["loss"], floor["epochs"], floor["checkpoint"]) == ("none (pretrained)", "0", "")
     assert (floor["labels"], floor["loss_params"]) == ("", "")
     assert "records the untrained model as a floor" in done.stderr
+
+
+def test_the_feature_cache_folder_may_differ_but_not_what_is_trained(tmp_path: Path) -> None:
+    """cache_dir says where features are kept, as root says where images are: a checkpoint is
+    evaluated with another one (and the config hash leaves both out), but not with another P."""
+    features = "datamodules.features.CachedFeatureDataModule"
+    saved = {"_class_path": features, "cache_dir": "/a", "root": "/x", "p": 8}
+    state = {"state_dict": {}, "hyper_parameters": {}, "loops": {}}
+    torch.save({**state, "datamodule_hyper_parameters": saved}, tmp_path / "run.ckpt")
+
+    def config(**args: object) -> dict:
+        return {"model": {}, "data": {"class_path": features, "init_args": args}}
+
+    check_matches_config(
+        tmp_path / "run.ckpt", config(cache_dir="/b", root="/y", p=8), training=True
+    )
+    with pytest.raises(ValueError, match=r"differing \(checkpoint, config\): \{'p': \(8, 4\)\}"):
+        check_matches_config(tmp_path / "run.ckpt", config(cache_dir="/a", p=4), training=True)
+    assert hashed_config(config(cache_dir="/b", root="/y", p=8)) == hashed_config(config(p=8))
