@@ -29,10 +29,14 @@ def compute_dtype(tensor: Tensor) -> torch.dtype:
 def check_class_ids(labels: Tensor, num_classes: int, owner: str) -> None:
     """Raise ValueError unless every label is in [0, num_classes)."""
     if ((labels < 0) | (labels >= num_classes)).any():  # one host sync per batch
-        top = int(labels.max())
+        low, top = int(labels.min()), int(labels.max())
+        fix = (
+            f"set num_classes to at least {top + 1} (the number of training classes)"
+            if low >= 0
+            else "remap the labels to 0..C-1 (a negative label is not a class id)"
+        )
         raise ValueError(
-            f"{owner}: labels must lie in [0, {num_classes}), got min {int(labels.min())} and "
-            f"max {top}; set num_classes to at least {top + 1} (the number of training classes)"
+            f"{owner}: labels must lie in [0, {num_classes}), got min {low} and max {top}; {fix}"
         )
 
 

@@ -103,6 +103,8 @@ def test_am_softmax_is_cosface() -> None:
 def test_label_outside_num_classes_is_an_error(factory) -> None:
     with pytest.raises(ValueError, match="set num_classes to at least 6"):
         factory()(torch.randn(3, 8), torch.tensor([0, 5, 1]))
+    with pytest.raises(ValueError, match=r"got min -1 and max 1; remap the labels to 0\.\.C-1"):
+        factory()(torch.randn(3, 8), torch.tensor([0, -1, 1]))
 
 
 @pytest.mark.parametrize(
