@@ -79,6 +79,12 @@ class UnitEmbeddings:
     def gallery(self) -> LowCopy:
         return self.query
 
+    @functools.cached_property
+    def raw_in_range(self) -> bool:
+        """Whether float32 dot products of the raw rows keep `raw_error`'s bound: with every
+        norm in [2⁻⁴⁰, 2⁴⁰] no partial sum overflows and underflow moves a cosine by < D·2⁻⁷⁰."""
+        return bool(((self.norms >= 2.0**-40) & (self.norms <= 2.0**40)).all())
+
     def in_dtype(self, low_dtype: torch.dtype) -> UnitEmbeddings:
         """The same rows shortlisted in `low_dtype` (the copy built anew, on first use)."""
         return self if low_dtype == self.low_dtype else replace(self, low_dtype=low_dtype)

@@ -205,3 +205,16 @@ def test_nmi_of_separated_clusters_is_one() -> None:
     got = ev.evaluate(emb, labels)
     assert got["NMI"] == pytest.approx(1.0) and got["R@1"] == 1.0
     assert set(got) == {"R@1", "NMI"}
+
+
+@pytest.mark.parametrize("scale", [1e19, 1e-21])
+def test_extreme_scales_give_the_same_metrics(scale: float) -> None:
+    """Cosine similarity is scale-free: the float32 look at band pairs must not overflow or
+    underflow (raw float32 products of rows ~1e19 are inf, of rows ~1e-21 subnormal)."""
+    torch.manual_seed(0)
+    emb, labels = torch.randn(300, 32), torch.arange(300) // 6
+    expected = RetrievalEvaluator("same_set", ks=(1, 4), arithmetic="float32").evaluate(emb, labels)
+    got = RetrievalEvaluator("same_set", ks=(1, 4), arithmetic="float16").evaluate(
+        emb * scale, labels
+    )
+    assert got == expected
