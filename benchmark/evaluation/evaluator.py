@@ -88,6 +88,11 @@ class RetrievalEvaluator:
     ) -> None:
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {list(PROTOCOLS)}, got {protocol!r}")
+        if np.ndim(ks) != 1 or np.ndim(metrics) != 1:
+            raise ValueError(
+                f"ks and metrics are sequences, e.g. ks=(1, 4) and metrics=('mAP',); got ks={ks!r} "
+                f"and metrics={metrics!r}"
+            )
         ks = tuple(ks)
         if any(not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0 for k in ks):
             raise ValueError(f"ks must be positive integers, got {ks!r}")
@@ -101,7 +106,11 @@ class RetrievalEvaluator:
             raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
         if device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
-        if not isinstance(chunk_size, int) or chunk_size <= 0:
+        if (
+            not isinstance(chunk_size, (int, np.integer))
+            or isinstance(chunk_size, bool)
+            or chunk_size <= 0
+        ):
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if arithmetic not in ARITHMETICS:
             raise ValueError(_arithmetic.refusal(arithmetic, "arithmetic"))
@@ -111,7 +120,7 @@ class RetrievalEvaluator:
                 "use backend='torch' for other arithmetics"
             )
         self.protocol, self.ks, self.metrics = protocol, ks, tuple(metrics)
-        self.backend, self.device, self.chunk_size = backend, device, chunk_size
+        self.backend, self.device, self.chunk_size = backend, device, int(chunk_size)
         self.nmi_seed, self.arithmetic = nmi_seed, arithmetic
         if rerank is not None and protocol != "query_gallery":
             raise ValueError(

@@ -40,7 +40,7 @@ class EvaluationSets:
 
 def _as_tensor(value: Tensor | np.ndarray, name: str) -> Tensor:
     if isinstance(value, np.ndarray):
-        return torch.from_numpy(value)
+        return torch.from_numpy(value if all(s >= 0 for s in value.strides) else value.copy())
     if isinstance(value, Tensor):
         return value.detach().cpu()
     raise ValueError(f"{name} must be a torch.Tensor or numpy array, got {type(value).__name__}")

@@ -20,6 +20,8 @@ GL = torch.tensor([0, 1, 2, 0, 1])
         ({"protocol": "gallery"}, "protocol must be"),
         ({"ks": (1, 0)}, "ks must be positive"),
         ({"ks": (1.5,)}, "ks must be positive"),
+        ({"ks": 5}, "ks and metrics are sequences"),
+        ({"metrics": "mAP"}, "ks and metrics are sequences"),
         ({"metrics": ("recall", "AUC")}, r"metrics: unknown \['AUC'\]"),
         ({"backend": "numpy"}, "backend must be one of"),
         ({"device": "tpu"}, "device must be"),
@@ -29,6 +31,12 @@ GL = torch.tensor([0, 1, 2, 0, 1])
 def test_constructor_errors(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         RetrievalEvaluator(**{"protocol": "same_set", **kwargs})
+
+
+def test_numpy_integers_and_reversed_numpy_views_are_accepted() -> None:
+    ev = RetrievalEvaluator("same_set", (1, 2), chunk_size=np.int64(4))
+    emb, labels = Q.numpy(), QL.numpy()
+    assert ev.evaluate(emb[::-1], labels[::-1]) == ev.evaluate(emb, labels)
 
 
 def nan_row() -> torch.Tensor:
