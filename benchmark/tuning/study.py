@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import FrozenTrial, TrialState
@@ -237,7 +238,7 @@ def _heartbeat(trial: optuna.Trial) -> Iterator[None]:
 
     def beat() -> None:
         while not stop.wait(HEARTBEAT_S):
-            with contextlib.suppress(RuntimeError):  # failed as stale by another worker
+            with contextlib.suppress(UpdateFinishedTrialError):  # failed as stale meanwhile
                 trial.set_user_attr("heartbeat", time.time())
 
     thread = threading.Thread(target=beat, daemon=True, name="tune-heartbeat")
@@ -277,12 +278,15 @@ def work(
         try:
             with _heartbeat(trial):
                 value = objective(trial)
+        except UpdateFinishedTrialError:
+            pass  # another worker failed it as stale meanwhile: its retry runs the setting again
         except optuna.TrialPruned:
             study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
         except Exception as error:  # recorded, and the study goes on: see the module docstring
             if stop.is_set():
                 return
-            trial.set_user_attr("error", f"{type(error).__name__}: {error}"[:1000])
+            with contextlib.suppress(UpdateFinishedTrialError):
+                trial.set_user_attr("error", f"{type(error).__name__}: {error}"[:1000])
             study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
         else:
             # skip_if_finished: another worker may have failed it as stale (a late heartbeat);

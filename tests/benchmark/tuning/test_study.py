@@ -193,6 +193,26 @@ def test_a_worker_elsewhere_is_stale_only_after_its_heartbeat_stops(tmp_path: Pa
     assert "no heartbeat from worker node7:4242" in retry.user_attrs[INTERRUPTED]
 
 
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_late_worker_whose_trial_was_failed_as_stale_goes_on(tmp_path: Path, fails) -> None:
+    """A suspended job or a clock ahead: another worker failed this trial as stale and enqueued
+    its retry; the late worker's own writes to the trial must not stop its study."""
+    first = threading.Event()
+
+    def objective(trial: optuna.Trial) -> float:
+        if not first.is_set():
+            first.set()
+            recover_stale(trial.study, now=time.time() + 2 * STALE_S)
+            if fails:
+                raise RuntimeError("this fold failed")
+        trial.set_user_attr("best_epoch", 1)  # what the objective records after its folds
+        return _value(trial)
+
+    trials = _run(str(tmp_path / "study.journal"), objective=objective).get_trials()
+    assert sum(RETRY_OF in t.user_attrs for t in trials) == 1
+    assert sum(t.state == TrialState.COMPLETE for t in trials) == BUDGET.trials
+
+
 def test_a_trial_whose_worker_died_before_naming_itself_is_rerun(tmp_path: Path) -> None:
     """A worker killed inside the budget lock, between `ask` and writing its name into the
     trial, left it RUNNING with no worker: once a lock would be broken, it is a dead one's."""
