@@ -142,15 +142,16 @@ def suite_lock(work_dir: Path) -> Iterator[None]:
 def unfinished_cells(
     cells: list[Cell], settings: CellSettings, summary: RunSummary, *, root: Path, console: Console
 ) -> tuple[list[Cell], dict[str, str]]:
-    """The cells to run now, and every cell's recipe. Stale rows (another recipe) of cells that
-    can run are removed; `summary` records cells with a row as resumed and cells that cannot
+    """The cells to run now, and every cell's recipe. Stale rows (another recipe) of cells whose
+    data is present are removed; `summary` records cells with a row as resumed and cells that cannot
     run (`Cell.unavailable`) as skipped."""
     recorded = row_recipes(settings.rows_csv)
     recipes = {cell.cell_id: cell.recipe(root, settings.threads) for cell in cells}
     unavailable = {cell.cell_id: cell.unavailable(root) for cell in cells}
-    # Only rows that can be made again are removed: a cell whose data is absent keeps its row.
-    runnable = {cell_id for cell_id, why in unavailable.items() if why is None}
-    stale = {c for c, r in recorded.items() if r and c in runnable and r != recipes[c]}
+    # A cell whose data is absent keeps its row; one whose tuning is outdated loses it (and is
+    # skipped until tuned again): its row was made by a setting that no longer holds.
+    present = {cell.cell_id for cell in cells if cell.group.missing_data(root) is None}
+    stale = {c for c, r in recorded.items() if r and c in present and r != recipes[c]}
     if stale:
         drop_rows(settings.rows_csv, stale)
         console.print(

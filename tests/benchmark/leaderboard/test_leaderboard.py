@@ -270,6 +270,10 @@ def test_check_fails_missing_and_extra_cells_but_reports_absent_data() -> None:
     assert report.ok and report.notes == ["syn/circle: skipped, data absent: /x"]
     report = compare(old, pd.concat([new, extra]), tolerance=0.5, skipped={})
     assert report.ok and "made without ../data/cub" in report.notes[0]
+    # A board that holds cub/circle had the data: a cub experiment missing from it is a failure.
+    both = pd.concat([extra, extra.assign(experiment="cub/triplet")])
+    report = compare(pd.concat([old, extra]), pd.concat([new, both]), tolerance=0.5, skipped={})
+    assert report.failures == ["cub/triplet: regenerated but missing from the committed file"]
     report = compare(pd.concat([old, extra]).assign(requires=""), old, tolerance=0.5, skipped={})
     assert not report.ok
     report = compare(old, new.assign(epochs="9"), tolerance=0.5, skipped={})

@@ -187,6 +187,24 @@ def test_a_tuned_cell_waits_for_its_tuning_then_trains_the_tuned_setting(
     )
 
 
+def test_a_tuned_row_of_an_edited_config_is_removed_and_fails_the_check(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.setitem(leaderboard.RUNNERS, leaderboard.DEFAULT_ISOLATION, fake_runner(calls))
+    _tune(project, "circle")
+    _tune(project, "triplet")
+    leaderboard.main(["--suite", "t", "--no-wandb"])
+    # Edited after tuning: the tuned setting was found for the old file, its rows are stale.
+    (project / "experiments/syn/circle.yaml").write_text("trainer: {max_epochs: 5}\n")
+    with pytest.raises(SystemExit, match="leaderboard check failed"):
+        leaderboard.main(["--suite", "t", "--check", "--no-wandb"])
+    leaderboard.main(["--suite", "t", "--no-wandb"])
+    board = pd.read_csv(project / "results/suites/t/leaderboard.csv")
+    assert "syn/circle.tuned" not in set(board["experiment"])
+    assert {"syn/circle", "syn/triplet.tuned"} <= set(board["experiment"])
+
+
 @pytest.mark.parametrize(
     ("tuning", "match"),
     [
