@@ -3,10 +3,11 @@
 Entries (`datamodules.feature_cache`) are per split and view, keyed by content: the split's items
 and labels (file paths with size and mtime), how an item becomes pixels (the image dataset's repr,
 image size, torch / torchvision / PIL versions), a training view's index and augmentation seed,
-the extractor (its repr and a SHA-256 of its parameters and buffers), and where it runs (device,
-GPU name, float32 modes and, on the CPU, torch's thread count: oneDNN picks other kernels for
-small batches on more threads). They cover the whole training split, before a validation split
-or a fold is carved out, so every `seed`, `val_classes` and fold shares them.
+the extractor (its repr and a SHA-256 of its parameters and buffers), the extraction batch
+size, and where it runs (device, GPU name, float32 modes and, on the CPU, torch's thread count:
+oneDNN picks other kernels for small batches on more threads). They cover the whole training
+split, before a validation split or a fold is carved out, so every `seed`, `val_classes` and fold
+shares them.
 """
 
 from __future__ import annotations
@@ -186,6 +187,7 @@ class CachedFeatureDataModule(RetrievalDataModule):
             "view": view,
             "aug_seed": None if view is None else self.aug_seed,
             "extractor": self._extractor_key,
+            "batch_size": self.images.eval_batch_size,  # oneDNN's kernels follow the batch
             "device": where_features_run(self._device()),
             "versions": {
                 "torch": torch.__version__,

@@ -127,6 +127,14 @@ def test_another_cpu_thread_count_misses(tmp_path: Path) -> None:
         torch.set_num_threads(before)
 
 
+def test_another_extraction_batch_size_misses(tmp_path: Path) -> None:
+    """oneDNN picks its kernels by batch size too (EfficientNet-Lite0 features 7e-6 apart at
+    batch 32 vs 5), so an entry is never read by a run that extracts in other batches."""
+    assert features(synthetic(eval_batch_size=5), tmp_path).extractor.images_seen == 12 + 9
+    assert features(synthetic(eval_batch_size=4), tmp_path).extractor.images_seen == 12 + 9
+    assert features(synthetic(eval_batch_size=5), tmp_path).extractor.images_seen == 0
+
+
 def test_batches_computed_side_by_side_equal_those_computed_one_by_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
