@@ -62,10 +62,12 @@ class LastCheckpoint(ModelCheckpoint):
 
 def checkpoint_callbacks(validated: bool) -> list[Callback]:
     """`last.ckpt` after every training epoch; with a validation split also `best.ckpt`."""
-    callbacks: list[Callback] = [LastCheckpoint()]
+    callbacks: list[Callback] = []
     if validated:  # select the model on validation, never on test
         callbacks.append(ModelCheckpoint(monitor="val/R@1", mode="max", filename="best"))
-    return callbacks
+    # Last: both save at the end of a training epoch, so `last.ckpt` holds the best-model state
+    # this epoch's validation updated (else a resumed run forgets that epoch's score).
+    return [*callbacks, LastCheckpoint()]
 
 
 def best_checkpoint(trainer: pl.Trainer) -> str | None:
@@ -83,6 +85,9 @@ class CheckpointInfo:
     path: str
     epoch: int  # training epochs completed when it was saved
     global_step: int
+    # The P-K batches it was trained with (None: the running DataModule's); `test` may use others
+    p: int | None = None
+    k: int | None = None
 
     @staticmethod
     def read(path: str | Path) -> CheckpointInfo:
@@ -90,7 +95,11 @@ class CheckpointInfo:
         # Lightning's "epoch" is the index of the epoch being trained when it saved, the same
         # before and after that epoch's end; the loop's progress counts finished epochs.
         progress = state["loops"]["fit_loop"]["epoch_progress"]["total"]
-        return CheckpointInfo(str(path), int(progress["processed"]), int(state["global_step"]))
+        data = state.get("datamodule_hyper_parameters", {})
+        return CheckpointInfo(
+            str(path), int(progress["processed"]), int(state["global_step"]), data.get("p"),
+            data.get("k"),
+        )  # fmt: skip
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -139,8 +148,10 @@ def check_matches_config(ckpt_path: str | Path, config: dict[str, Any], *, train
     problems = []
     for part in ("loss", "embedder"):
         saved, wanted = model.get(part), config["model"].get(part)
-        if part == "embedder":  # initial weights do not matter: the checkpoint replaces them
-            saved, wanted = _without(saved, "pretrained"), _without(wanted, "pretrained")
+        if part == "embedder":  # which initial weights does not matter (the checkpoint replaces
+            # them), whether there were any does: they set the input normalisation and Lite0's
+            # BatchNorm epsilon, which the checkpoint does not hold
+            saved, wanted = _weights_given(saved), _weights_given(wanted)
         if saved is not None and saved != wanted:
             problems.append(f"model.{part}: checkpoint {_short(saved)}, config {_short(wanted)}")
     if data:
@@ -167,11 +178,14 @@ def check_matches_config(ckpt_path: str | Path, config: dict[str, Any], *, train
         )
 
 
-def _without(spec: Any, key: str) -> Any:
+def _weights_given(spec: Any) -> Any:
+    """`spec` with `pretrained` reduced to whether pretrained weights were given."""
     if not isinstance(spec, dict):
         return spec
     spec = copy.deepcopy(spec)
-    spec.get("init_args", {}).pop(key, None)
+    args = spec.get("init_args", {})
+    if "pretrained" in args:
+        args["pretrained"] = args["pretrained"] not in (False, None)
     return spec
 
 

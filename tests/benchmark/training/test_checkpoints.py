@@ -36,17 +36,19 @@ METRICS = ("R@1", "R@2", "R@4", "R@8", "mAP", "MAP@R", "R-Precision")
 
 
 def circlebench(tmp: Path, *args: str, config: str = "circle_class") -> subprocess.CompletedProcess:
-    """`python -m benchmark.cli <args>` on a tiny synthetic config, one thread, in `tmp`."""
+    """`python -m benchmark.cli <command> <options>` on a tiny synthetic config, one thread, in
+    `tmp`; the options come last, so they override the config's and TINY's values."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     command = [
         sys.executable,
         "-m",
         "benchmark.cli",
-        *args,
+        args[0],
         "--config",
         str(FINE / f"{config}.yaml"),
     ]
     command += [*TINY, f"--results_csv={tmp / 'runs.csv'}", f"--trainer.default_root_dir={tmp}"]
+    command += args[1:]
     # A shell's background job (`cmd &`) starts with SIGINT ignored, and so would this run:
     # give it the default, as a terminal's Ctrl-C finds it.
     return subprocess.run(
@@ -92,6 +94,47 @@ def test_sigkill_in_epoch_2_then_ckpt_path_last_reproduces_the_uninterrupted_run
     assert resumed["run_dir"] == str(last.parents[1])  # the same run folder goes on
     assert (resumed["epochs"], resumed["global_step"]) == ("3", "6")
     assert resumed["checkpoint"] == str(last)
+
+
+def test_a_resumed_run_keeps_the_best_epoch_and_a_test_row_the_models_p_and_k(
+    tmp_path: Path,
+) -> None:
+    """last.ckpt is written after the best checkpoint's callback has seen this epoch's score, so
+    a run resumed from it picks the uninterrupted run's best epoch; testing that checkpoint with
+    other P-K batches records the P and K it was trained with (settings columns)."""
+    run = ["--data.init_args.batches_per_epoch=1", "--data.init_args.val_classes=10"]
+    run += ["--model.head_lr=3", "--model.backbone_lr=1"]
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    ok(circlebench(tmp_path / "a", "fit", *run, "--trainer.max_epochs=3", config="circle"))
+    ok(circlebench(tmp_path / "b", "fit", *run, "--trainer.max_epochs=1", config="circle"))
+    (last,) = (tmp_path / "b").rglob("last.ckpt")
+    resume = f"--ckpt_path={last.parents[1]}"
+    ok(circlebench(tmp_path / "b", "fit", *run, "--trainer.max_epochs=3", resume, config="circle"))
+    (straight_row,), (_, resumed) = rows(tmp_path / "a"), rows(tmp_path / "b")
+    fields = ("epochs", "R@1", "mAP")
+    assert [resumed[f] for f in fields] == [straight_row[f] for f in fields]
+    assert Path(resumed["checkpoint"]).name == Path(straight_row["checkpoint"]).name == "best.ckpt"
+    pk = ["--data.init_args.p=4", "--data.init_args.k=2"]
+    ckpt = f"--ckpt_path={straight_row['checkpoint']}"
+    ok(circlebench(tmp_path / "a", "test", *run, ckpt, *pk, config="circle"))
+    assert (rows(tmp_path / "a")[-1]["p"], rows(tmp_path / "a")[-1]["k"]) == ("8", "4")
+
+
+def test_pretrained_weights_or_none_is_part_of_a_checkpoints_setting(tmp_path: Path) -> None:
+    """Which weights started a run does not matter to its checkpoint; whether there were any
+    does: they set the input normalisation and Lite0's BatchNorm epsilon."""
+    embedder = {"class_path": "benchmark.training.embedders.Embedder",
+                "init_args": {"backbone": "efficientnet_lite0", "pretrained": True}}  # fmt: skip
+    state = {"state_dict": {}, "loops": {}, "hyper_parameters": {"embedder": embedder}}
+    torch.save(state, tmp_path / "run.ckpt")
+
+    def config(pretrained: object) -> dict:
+        args = {**embedder["init_args"], "pretrained": pretrained}
+        return {"model": {"embedder": {**embedder, "init_args": args}}, "data": {}}
+
+    check_matches_config(tmp_path / "run.ckpt", config("/w.pth"), training=False)
+    with pytest.raises(ValueError, match=r"model\.embedder"):
+        check_matches_config(tmp_path / "run.ckpt", config(False), training=False)
 
 
 def test_sigint_leaves_an_interrupted_checkpoint_and_no_row(tmp_path: Path) -> None:
