@@ -167,6 +167,19 @@ class CircleBenchCLI(LightningCLI):
         silently replace the config's (Lightning's default)."""
         subcommand = self.config.get("subcommand")
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        # A local path that is not a file: Lightning would evaluate the untrained model for
+        # `last`, and the row step then fail (URLs are Lightning's to read).
+        if (
+            ckpt_path
+            and "://" not in ckpt_path
+            and subcommand != "fit"
+            and not Path(ckpt_path).is_file()
+        ):
+            self.parser.error(
+                f"--ckpt_path {ckpt_path}: {subcommand} evaluates a checkpoint file, e.g. "
+                f"<run folder>/checkpoints/{LAST} or best.ckpt ('last' and a run folder are "
+                "for resuming `fit`)"
+            )
         if ckpt_path and Path(ckpt_path).is_file():
             self._dump_config()
             try:

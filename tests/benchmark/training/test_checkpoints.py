@@ -150,6 +150,13 @@ def test_ckpt_path_last_without_an_earlier_run_says_what_to_do(tmp_path: Path) -
     assert "no earlier run of this config" in done.stderr
 
 
+@pytest.mark.parametrize("where", ["last", ".", "missing.ckpt"])
+def test_test_without_a_checkpoint_file_stops_before_evaluating(tmp_path: Path, where) -> None:
+    done = circlebench(tmp_path, "test", f"--ckpt_path={where}")
+    assert done.returncode == 2 and rows(tmp_path) == []
+    assert f"--ckpt_path {where}: test evaluates a checkpoint file" in done.stderr
+
+
 def test_test_rows_record_the_checkpoint_and_share_the_fit_rows_config_hash(
     tmp_path: Path, straight: dict[str, str]
 ) -> None:
