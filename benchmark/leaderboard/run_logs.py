@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from benchmark.training.rows import run_metrics
+
 CURVES = ("train/sp_mean", "train/sn_mean")
 SMOOTHING = 50  # per-step batch statistics are noisy: a running mean over 1/50 of the steps
 
@@ -30,8 +32,7 @@ def training_curves(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
     smoothed over 1/`SMOOTHING` of the steps; indexed by step."""
     curves = {}
     for name, cells in runs.groupby(experiments(runs), sort=False):
-        paths = [Path(str(d), "metrics.csv") for d in cells.get("run_dir", []) if str(d)]
-        logs = [pd.read_csv(path) for path in paths if path.is_file()]
+        logs = [run_metrics(str(d)) for d in cells.get("run_dir", []) if str(d)]
         logs = [log[["step", *CURVES]].dropna() for log in logs if {"step", *CURVES} <= set(log)]
         if logs:
             curve = pd.concat(logs).groupby("step").mean()
@@ -42,12 +43,7 @@ def training_curves(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 def logged_columns(runs: pd.DataFrame) -> set[str]:
     """Every key that the runs' `metrics.csv` files hold (`val/R@1`, `train/sp_mean`, ...)."""
-    columns: set[str] = set()
-    for run_dir in runs.get("run_dir", []):
-        path = Path(str(run_dir)) / "metrics.csv"
-        if str(run_dir) and path.is_file():
-            columns |= set(pd.read_csv(path, nrows=0).columns)
-    return columns
+    return {c for d in runs.get("run_dir", []) if str(d) for c in run_metrics(str(d)).columns}
 
 
 @dataclass(frozen=True)

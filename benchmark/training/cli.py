@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import Logger
+from pytorch_lightning.utilities import rank_zero_only
 
 from benchmark.errors import class_hint, debugging, read_yaml, shortened
 from benchmark.manual import manual_line
@@ -39,7 +40,7 @@ from benchmark.training.loggers import (
 )
 from benchmark.training.module import MetricLearningModule
 from benchmark.training.results import config_hash, git_sha, result_row, save_similarities
-from benchmark.training.rows import append_row
+from benchmark.training.rows import append_row, keep_earlier_metrics
 from datamodules.base import RetrievalDataModule
 from losses import ExternalLoss
 from losses.external import PML_INSTALL, pml_installed
@@ -193,6 +194,8 @@ class CircleBenchCLI(LightningCLI):
         root = Path(config.get("default_root_dir") or "runs")
         loss_name = self.model.loss.name
         resumed = self._resumed_run(root / dataset / loss_name)
+        if resumed is not None and getattr(rank_zero_only, "rank", 0) == 0:
+            keep_earlier_metrics(resumed)
         loggers = build_loggers(
             root,
             self._labels(dataset, loss_name),

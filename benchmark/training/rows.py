@@ -145,3 +145,20 @@ def read_results(path: str | Path) -> pd.DataFrame:
         if column in rows:
             rows[column] = pd.to_numeric(rows[column].replace("", math.nan))
     return rows
+
+
+def run_metrics(run_dir: str | Path) -> pd.DataFrame:
+    """Every value a run logged (Lightning's `metrics.csv`) across its resumes: the logs kept
+    before each resume (`metrics-<n>.csv`, `keep_earlier_metrics`) first. Empty when none."""
+    run = Path(run_dir)
+    earlier = sorted(run.glob("metrics-*.csv"), key=lambda p: int(p.stem.split("-")[1]))
+    parts = [pd.read_csv(p) for p in [*earlier, run / "metrics.csv"] if p.is_file()]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def keep_earlier_metrics(run_dir: Path) -> None:
+    """Before a run resumes in `run_dir`: its `metrics.csv`, which Lightning's CSV writer deletes
+    when it starts there, becomes `metrics-<n>.csv` (n: the resumes before this one)."""
+    path = run_dir / "metrics.csv"
+    if path.is_file():
+        path.rename(run_dir / f"metrics-{len(list(run_dir.glob('metrics-*.csv')))}.csv")

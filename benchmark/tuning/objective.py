@@ -9,7 +9,6 @@ and that epoch is the setting's `max_epochs` (as Musgrave et al. stop early on v
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 import optuna
 
 from benchmark.launch.forked import Work, run_forked
+from benchmark.training.rows import run_metrics
 from benchmark.tuning.experiment import Budget, Experiment
 from core.atomic import write_text
 
@@ -101,24 +101,21 @@ class FoldWork:
         from benchmark.training.cli import CircleBenchCLI
 
         cli = CircleBenchCLI(args=self.args)
-        curve = validation_curve(Path(cli.run_dir) / "metrics.csv", self.metric)
+        curve = validation_curve(Path(cli.run_dir), self.metric)
         write_text(self.result, json.dumps({"curve": curve, "run_dir": str(cli.run_dir)}))
 
     def done(self) -> bool:
         return self.result.is_file()
 
 
-def validation_curve(metrics_csv: Path, metric: str) -> list[float]:
-    """`val/<metric>` after each epoch, in epoch order, from a run's CSV log."""
+def validation_curve(run_dir: Path, metric: str) -> list[float]:
+    """`val/<metric>` after each epoch, in epoch order, from a run's CSV logs."""
     column = f"val/{metric}"
-    by_epoch: dict[int, float] = {}
-    with metrics_csv.open(newline="") as f:
-        for row in csv.DictReader(f):
-            if row.get(column):
-                by_epoch[int(row["epoch"])] = float(row[column])
-    if not by_epoch:
-        raise FoldFailedError(f"{metrics_csv} has no {column}: the fold never validated")
-    return [by_epoch[e] for e in sorted(by_epoch)]
+    log = run_metrics(run_dir)
+    if column not in log or log[column].isna().all():
+        raise FoldFailedError(f"{run_dir}/metrics.csv has no {column}: the fold never validated")
+    by_epoch = log.dropna(subset=[column]).groupby("epoch")[column].last()
+    return [float(v) for v in by_epoch.sort_index()]
 
 
 def last_error(log: Path) -> str:

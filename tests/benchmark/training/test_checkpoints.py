@@ -16,6 +16,7 @@ import torch
 
 from benchmark.training.checkpoints import CheckpointInfo, check_matches_config
 from benchmark.training.cli import hashed_config
+from benchmark.training.rows import run_metrics
 
 ROOT = Path(__file__).resolve().parents[3]
 FINE = ROOT / "experiments" / "synthetic" / "fine_grained"
@@ -96,12 +97,12 @@ def test_sigkill_in_epoch_2_then_ckpt_path_last_reproduces_the_uninterrupted_run
     assert resumed["checkpoint"] == str(last)
 
 
-def test_a_resumed_run_keeps_the_best_epoch_and_a_test_row_the_models_p_and_k(
+def test_a_resumed_run_keeps_its_best_epoch_and_logs_and_a_test_row_the_models_p_and_k(
     tmp_path: Path,
 ) -> None:
     """last.ckpt is written after the best checkpoint's callback has seen this epoch's score, so
-    a run resumed from it picks the uninterrupted run's best epoch; testing that checkpoint with
-    other P-K batches records the P and K it was trained with (settings columns)."""
+    a run resumed from it picks the uninterrupted run's best epoch, and its logs go on; testing
+    that checkpoint with other P-K batches records the P and K it was trained with."""
     run = ["--data.init_args.batches_per_epoch=1", "--data.init_args.val_classes=10"]
     run += ["--model.head_lr=3", "--model.backbone_lr=1"]
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
@@ -114,6 +115,9 @@ def test_a_resumed_run_keeps_the_best_epoch_and_a_test_row_the_models_p_and_k(
     fields = ("epochs", "R@1", "mAP")
     assert [resumed[f] for f in fields] == [straight_row[f] for f in fields]
     assert Path(resumed["checkpoint"]).name == Path(straight_row["checkpoint"]).name == "best.ckpt"
+    # Lightning's CSV writer deletes the metrics.csv it finds: the epoch before the resume is kept
+    logged = run_metrics(last.parents[1]).dropna(subset=["val/R@1"])
+    assert sorted(logged["epoch"]) == [0, 1, 2] and (last.parents[1] / "metrics-0.csv").is_file()
     pk = ["--data.init_args.p=4", "--data.init_args.k=2"]
     ckpt = f"--ckpt_path={straight_row['checkpoint']}"
     ok(circlebench(tmp_path / "a", "test", *run, ckpt, *pk, config="circle"))
