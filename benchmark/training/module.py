@@ -175,10 +175,12 @@ class MetricLearningModule(pl.LightningModule):
         optimizer = self.optimizer(param_groups)
         if self.lr_scheduler is None:
             return optimizer
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": self.lr_scheduler(optimizer), "interval": "epoch"},
-        }
+        scheduler = self.lr_scheduler(optimizer)
+        config = {"scheduler": scheduler, "interval": "epoch"}
+        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            # Lightning steps it with a logged value: the one Lightning's CLI class names, or R@1
+            config["monitor"] = getattr(scheduler, "monitor", "val/R@1")
+        return {"optimizer": optimizer, "lr_scheduler": config}
 
     def on_train_start(self) -> None:
         # the backbone's trainable parameters, before the warm-up switches them off

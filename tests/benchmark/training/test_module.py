@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -137,6 +138,18 @@ def test_validation_runs_only_on_the_carved_classes_and_logs_val_metrics() -> No
     trainer.fit(module, datamodule=data)
     assert "val/R@1" in trainer.callback_metrics
     assert not any(key.startswith("test/") for key in trainer.callback_metrics)
+
+
+def test_reduce_lr_on_plateau_steps_on_validation_recall() -> None:
+    plateau = functools.partial(
+        torch.optim.lr_scheduler.ReduceLROnPlateau, mode="max", patience=0, factor=0.5
+    )
+    trainer = make_trainer(max_epochs=2)
+    trainer.fit(
+        make_module(lr_scheduler=plateau),
+        TinyDataModule(6, p=2, k=2, val_classes=2, batches_per_epoch=1),
+    )
+    assert trainer.lr_scheduler_configs[0].monitor == "val/R@1"
 
 
 def test_recall_ks_and_protocol_can_override_the_datamodule() -> None:
