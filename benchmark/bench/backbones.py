@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from benchmark.bench.timing import bench_parser, images_per_s
+from benchmark.bench.timing import bench_parser, images_per_s, parsed_device
 from losses import CircleLoss
 
 DEFAULT_BACKBONES = (
@@ -97,7 +97,8 @@ def measure(name: str, args: argparse.Namespace, device: torch.device) -> dict[s
 def main(argv: list[str] | None = None) -> None:
     parser = bench_parser("backbones", __doc__)
     parser.add_argument("--backbone", action="append", help="repeatable (default: five)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                        help="auto: CUDA where torch sees it, else the CPU")  # fmt: skip
     parser.add_argument("--precision", choices=["32-true", "bf16-mixed"], default="bf16-mixed")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--batch", type=int, default=80, help="images a step (default P x K = 80)")
@@ -108,25 +109,23 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    rows = []
+    device = parsed_device(parser, args.device)
     print(f"torch {torch.__version__}, device {device}, {args.precision}, {args.image_size} px, "
           f"batch {args.batch}, {args.steps} steps after {args.warmup}, "
           f"{torch.get_num_threads()} CPU threads")  # fmt: skip
     for name in args.backbone or DEFAULT_BACKBONES:
         row = measure(name, args, device)
-        rows.append(row)
         print(f"{name:<28} train {row['train_images_per_s']:>9} images/s   "
               f"extract {row['extract_images_per_s']:>9} images/s", flush=True)  # fmt: skip
+        if args.csv is not None:  # each row as it is measured: a later failure keeps it
+            new = not args.csv.is_file()
+            with args.csv.open("a", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=list(row))  # the columns of `measure`
+                if new:
+                    writer.writeheader()
+                writer.writerow(row)
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    if args.csv is not None:
-        new = not args.csv.is_file()
-        with args.csv.open("a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))  # the columns of `measure`
-            if new:
-                writer.writeheader()
-            writer.writerows(rows)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from PIL import Image
 from torch.utils.data import DataLoader
 from torchvision.datasets import ImageFolder
 
-from benchmark.bench.timing import bench_parser, median_seconds
+from benchmark.bench.timing import bench_parser, machine, median_seconds
 from datamodules import CUB200DataModule, SyntheticDataModule
 from datamodules.transforms import fine_grained_transform
 
@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="main-process torch threads")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    print(machine())
     p, k, size = 16, 5, 224
     with tempfile.TemporaryDirectory() as tmp:
         root = write_jpeg_folder(Path(tmp), args.classes, args.per_class)

@@ -120,8 +120,12 @@ def faiss_top_k(case: Case, data: dict, device: str = "cpu") -> dict[str, float]
         index = faiss.index_cpu_to_gpu(gpu_resources(faiss, torch.device("cuda")), 0, index)
     index.add(g)
     _, neighbours = index.search(q, k)
-    hits = gl[torch.from_numpy(neighbours[:, int(same) :])] == data["query_labels"][:, None]
-    return {f"R@{kk}": float(hits[:, :kk].any(1).float().mean()) for kk in case.ks}
+    ql = data["query_labels"]
+    hits = gl[torch.from_numpy(neighbours[:, int(same) :])] == ql[:, None]
+    # over the queries with a positive, as the evaluator's R@K
+    n_classes = int(max(gl.max(), ql.max())) + 1
+    valid = torch.bincount(gl, minlength=n_classes)[ql] > int(same)
+    return {f"R@{kk}": float(hits[valid, :kk].any(1).float().mean()) for kk in case.ks}
 
 
 PEERS = {"pml": pml_peer, "faiss-top-k": faiss_top_k}  # `--peer`: each returns its metrics

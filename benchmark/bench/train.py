@@ -43,6 +43,9 @@ class _StepClock(pl.Callback):
     def __init__(self, warmup: int) -> None:
         self.warmup, self.images, self.seconds, self._last = warmup, 0, 0.0, 0.0
 
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._last = time.perf_counter()  # the first timed step's start where warmup is 0
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         now = time.perf_counter()
         if trainer.global_step > self.warmup:
@@ -116,8 +119,13 @@ def config_throughput(config: Path, steps: int, warmup: int, device: torch.devic
     )
     module.load_state_dict(state)
     module.to(device)  # Lightning hands the model back on the CPU
-    bare = bare_images_per_s(module.embedder, module.loss, data.train_dataloader(), steps, warmup)
-    compute = bare_images_per_s(module.embedder, module.loss, repeat(fixed), steps, warmup)
+    bf16 = str(precision) in ("bf16-mixed", "bf16")  # the baselines in the fit's precision
+    bare = bare_images_per_s(
+        module.embedder, module.loss, data.train_dataloader(), steps, warmup, bf16=bf16
+    )
+    compute = bare_images_per_s(
+        module.embedder, module.loss, repeat(fixed), steps, warmup, bf16=bf16
+    )
     print(f"  lightning fit      {lightning:8.1f} images/s  ({lightning / bare:.2f}× bare loop)")
     print(f"  bare loop          {bare:8.1f} images/s  (baseline)")
     print(f"  compute only       {compute:8.1f} images/s  ({compute / bare:.2f}× bare loop)")

@@ -24,7 +24,7 @@ def test_an_unknown_benchmark_is_refused_with_the_choices(
     assert "invalid choice: 'speed'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("benchmark", ["train", "eval"])
+@pytest.mark.parametrize("benchmark", ["train", "eval", "backbones"])
 def test_device_cuda_without_cuda_is_a_usage_error(
     benchmark: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
