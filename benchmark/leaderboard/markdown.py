@@ -39,14 +39,23 @@ def format_cell(mean: float, ci: float, paper: float | None) -> str:
     """`66.10 ± 0.80 (paper 66.7)`; no interval for one seed, `–` for a missing metric."""
     if math.isnan(mean):
         return "–"
+    mean, ci = _as_written(mean), _as_written(ci)
     text = f"{mean:.2f}" if math.isnan(ci) else f"{mean:.2f} ± {ci:.2f}"
     return text if paper is None else f"{text} (paper {paper:g})"
+
+
+def _as_written(value: float) -> float:
+    """`value` as leaderboard.csv holds it (`aggregate.write_csv`, 4 decimals), so that means
+    the CSV writes equal are shown equal: 41.12502 and 41.125 (a tie of two means of 4-decimal
+    rows) are 41.1250 there, not 41.13 and 41.12 here."""
+    return round(float(value), 4)
 
 
 def format_difference(mean: float, ci: float) -> str:
     """`+3.20 ± 1.10 *`: a paired difference, starred when its 95 % CI excludes 0."""
     if math.isnan(mean):
         return "–"
+    mean, ci = _as_written(mean), _as_written(ci)
     if math.isnan(ci):
         return f"{mean:+.2f}"
     return f"{mean:+.2f} ± {ci:.2f}" + (" *" if abs(mean) > ci else "")
@@ -139,8 +148,9 @@ def _group_table(
     group: str, rows: pd.DataFrame, paper: pd.DataFrame, paper_dataset: str | None
 ) -> list[str]:
     shared = [c for c in _SHARED if c in rows and rows[c].nunique() == 1 and rows[c].iloc[0]]
-    facts = ", ".join(f"{c} `{rows[c].iloc[0]}`" for c in shared if c not in ("p", "k"))
-    if "p" in shared and "k" in shared:
+    pk = "p" in shared and "k" in shared  # one fact, P×K; else the shared one of the two
+    facts = ", ".join(f"{c} `{rows[c].iloc[0]}`" for c in shared if not (pk and c in ("p", "k")))
+    if pk:
         facts += f", P×K `{rows['p'].iloc[0]}×{rows['k'].iloc[0]}`"
     if "requires" in rows and rows["requires"].iloc[0]:
         facts += f"; needs `{rows['requires'].iloc[0]}`"

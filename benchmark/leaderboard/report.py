@@ -70,7 +70,8 @@ def write_report(
         figures = dict(drawn.get(str(group), {}))  # they compare tuned losses only
         if studies and str(group) in studies:
             intro, head, table = tuning_rows(studies[str(group)])
-            cells = [[_td(text, wrap=True) for text in row] for row in table]
+            # "–" (no value) sorts last, like a missing metric, and leaves the column numeric
+            cells = [[_td(t, "" if t == "–" else None, wrap=True) for t in row] for row in table]
             body.append(f"<h3>Tuning</h3><p>{_e(intro)}</p>{_html_table(head, cells)}")
             metrics = board_metrics(entries, others=True)
             tuning = {

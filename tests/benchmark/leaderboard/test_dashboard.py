@@ -138,6 +138,28 @@ def test_every_panel_names_what_an_offline_run_logs(tmp_path: Path) -> None:
     assert names["config"] - set(run.config) == set()
 
 
+def test_the_floor_is_a_w_and_b_group_of_its_own(tmp_path: Path) -> None:
+    """A floor cell tests circle.yaml untrained: labelled by its config, it would share the
+    trained Circle runs' group, and the dashboard's per-loss bars would average the two."""
+    env = offline_child_env(tmp_path) | {"OMP_NUM_THREADS": "1"}
+    rows_csv = tmp_path / "rows.csv"
+    floor = [
+        sys.executable, "-m", "benchmark.training.cli", "test",
+        "--config", str(EXPERIMENTS / "synthetic/fine_grained/circle.yaml"),
+        "--model.embedder.init_args.backbone=test_efficientnet",
+        "--model.embedder.init_args.pretrained=false", "--model.embedder.init_args.head=linear",
+        "--data.init_args.image_size=32", "--data.init_args.images_per_class=4",
+        "--data.init_args.eval_batch_size=64", "--trainer.enable_progress_bar=false",
+        f"--results_csv={rows_csv}", f"--trainer.default_root_dir={tmp_path / 'runs'}",
+        "--wandb=true", "--suite", "t", "--cell_id", "syn/floor/seed0",
+    ]  # fmt: skip
+    done = subprocess.run(floor, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (log,) = Path(read_results(rows_csv)["run_dir"].iloc[0]).glob("wandb/offline-run-*/*.wandb")
+    run = read_offline_run(log)
+    assert (run.group, run.name) == ("synthetic/floor", "synthetic/floor/seed0")
+
+
 class FakeStore:
     """A W&B server that keeps views in a dict and records every call."""
 

@@ -24,6 +24,7 @@ from benchmark.leaderboard.aggregate import aggregate_rows, ci95, compared, read
 from benchmark.leaderboard.cells import CellWork, cell_args
 from benchmark.leaderboard.check import compare
 from benchmark.leaderboard.markdown import (
+    format_cell,
     format_difference,
     leaderboard_markdown,
     terminal_summary,
@@ -186,6 +187,17 @@ def test_markdown_shows_paper_numbers_only_for_declared_datasets() -> None:
     assert "backbone `efficientnet_lite0`" in text and "P×K `4×4`" in text
     plain = leaderboard_markdown(board, title="T", description="", paper=paper, paper_datasets={})
     assert "paper 66.7" not in plain
+    other_k = frame(*HAND_ROWS.to_dict("records"), row("syn/circle_k2/seed0", 0, 55.0, k="2"))
+    text = leaderboard_markdown(
+        aggregate_rows(other_k), title="T", description="", paper=paper, paper_datasets={}
+    )
+    assert "p `4`" in text and "P×K" not in text  # K varies: P is still a shared fact
+
+
+def test_means_the_csv_writes_equal_are_shown_equal() -> None:
+    """leaderboard.csv holds 4 decimals: 41.12502 and 41.125 are both 41.1250 there."""
+    assert format_cell(41.12502, 0.62, None) == format_cell(41.125, 0.62, None) == "41.12 ± 0.62"
+    assert format_difference(8.37502, 2.25) == format_difference(8.375, 2.25) == "+8.38 ± 2.25 *"
 
 
 def test_a_registered_metric_in_the_rows_reaches_the_board_and_its_table() -> None:
