@@ -217,9 +217,12 @@ class CircleBenchCLI(LightningCLI):
         stem, plus `.tuned` for a tuned setting (so W&B groups tuned and default runs apart)."""
         configs = self._get(self.config, "config") or []
         tuned = ".tuned" if self._get(self.config, "tuning") else ""
+        cell_id = self._get(self.config, "cell_id") or ""
+        experiment = f"{Path(str(configs[-1])).stem}{tuned}" if configs else loss_class
         return RunLabels(
             dataset=dataset,
-            loss=f"{Path(str(configs[-1])).stem}{tuned}" if configs else loss_class,
+            # a suite cell: its experiment (`floor` for the untrained floor, not its config's stem)
+            loss=cell_id.rsplit("/", 2)[-2] if cell_id.count("/") >= 2 else experiment,
             loss_class=loss_class,
             paradigm=str(self.model.loss.paradigm),
             track=self.datamodule.track,

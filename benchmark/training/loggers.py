@@ -70,7 +70,8 @@ class RunLabels:
 
     Args:
         loss: the experiment's name, its config file's stem (`experiments/<dataset>/<loss>.yaml`,
-            so `circle` and `circle_class` differ), or the loss class without a config file.
+            so `circle` and `circle_class` differ), or the loss class without a config file; a
+            suite's cell: its experiment (`floor` for the untrained floor, not its config's).
         cell_id: the leaderboard cell (`<group>/<config stem>/seed<seed>`); "" outside a suite.
         git_sha: the code's revision (`benchmark.training.results.git_sha`).
     """
