@@ -43,7 +43,8 @@ def training_curves(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 def logged_columns(runs: pd.DataFrame) -> set[str]:
     """Every key that the runs' `metrics.csv` files hold (`val/R@1`, `train/sp_mean`, ...)."""
-    return {c for d in runs.get("run_dir", []) if str(d) for c in run_metrics(str(d)).columns}
+    run_dirs = [str(d) for d in runs.get("run_dir", []) if str(d)]
+    return {c for d in run_dirs for c in run_metrics(d, nrows=0).columns}
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,8 @@ def checkpoint_callbacks(validated: bool) -> list[Callback]:
         callbacks.append(ModelCheckpoint(monitor="val/R@1", mode="max", filename="best"))
     # Last: both save at the end of a training epoch, so `last.ckpt` holds the best-model state
     # this epoch's validation updated (else a resumed run forgets that epoch's score).
-    return [*callbacks, LastCheckpoint()]
+    callbacks.append(LastCheckpoint())
+    return callbacks
 
 
 def best_checkpoint(trainer: pl.Trainer) -> str | None:

@@ -147,12 +147,13 @@ def read_results(path: str | Path) -> pd.DataFrame:
     return rows
 
 
-def run_metrics(run_dir: str | Path) -> pd.DataFrame:
+def run_metrics(run_dir: str | Path, nrows: int | None = None) -> pd.DataFrame:
     """Every value a run logged (Lightning's `metrics.csv`) across its resumes: the logs kept
-    before each resume (`metrics-<n>.csv`, `keep_earlier_metrics`) first. Empty when none."""
+    before each resume (`metrics-<n>.csv`, `keep_earlier_metrics`) first. Empty when none;
+    `nrows`: at most that many rows of each log (0: the columns only)."""
     run = Path(run_dir)
     earlier = sorted(run.glob("metrics-*.csv"), key=lambda p: int(p.stem.split("-")[1]))
-    parts = [pd.read_csv(p) for p in [*earlier, run / "metrics.csv"] if p.is_file()]
+    parts = [pd.read_csv(p, nrows=nrows) for p in [*earlier, run / "metrics.csv"] if p.is_file()]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 

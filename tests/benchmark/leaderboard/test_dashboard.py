@@ -100,30 +100,39 @@ def _names(view: wr.Report) -> dict[str, set[str]]:
     return names
 
 
-def test_every_panel_names_what_an_offline_run_logs(tmp_path: Path) -> None:
-    """A real `fit` with W&B offline, in its own process as a leaderboard cell runs (its exit
-    completes the run's file); that `.wandb` file, not a list typed here, has the keys."""
+def _offline_cell(tmp_path: Path, command: str, cell_id: str, *options: str):
+    """`command` on circle.yaml as suite t's cell `cell_id`, in its own process with W&B
+    offline, as a leaderboard cell runs (its exit completes the run's file): its rows and
+    the offline run read back from that `.wandb` file."""
     env = offline_child_env(tmp_path) | {"OMP_NUM_THREADS": "1"}
     rows_csv = tmp_path / "rows.csv"
-    fit = [
-        sys.executable, "-m", "benchmark.training.cli", "fit",
+    args = [
+        sys.executable, "-m", "benchmark.training.cli", command,
         "--config", str(EXPERIMENTS / "synthetic/fine_grained/circle.yaml"),
         "--model.embedder.init_args.backbone=test_efficientnet",
         "--model.embedder.init_args.pretrained=false", "--model.embedder.init_args.head=linear",
         "--data.init_args.image_size=32",
         "--data.init_args.images_per_class=4", "--data.init_args.eval_batch_size=64",
-        "--data.init_args.val_classes=10", "--data.init_args.batches_per_epoch=1",
-        "--trainer.max_epochs=1", "--trainer.log_every_n_steps=1",  # its one step logs train/*
+        *options,
         "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
         f"--results_csv={rows_csv}",
         f"--trainer.default_root_dir={tmp_path / 'runs'}", "--wandb=true",
-        "--suite", "t", "--cell_id", "syn/circle/seed0",
+        "--suite", "t", "--cell_id", cell_id,
     ]  # fmt: skip
-    done = subprocess.run(fit, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = read_results(rows_csv)
     (log,) = Path(rows["run_dir"].iloc[0]).glob("wandb/offline-run-*/run-*.wandb")
-    run = read_offline_run(log)
+    return rows, read_offline_run(log)
+
+
+def test_every_panel_names_what_an_offline_run_logs(tmp_path: Path) -> None:
+    """A real `fit`; its `.wandb` file, not a list typed here, has the keys."""
+    rows, run = _offline_cell(
+        tmp_path, "fit", "syn/circle/seed0",
+        "--data.init_args.val_classes=10", "--data.init_args.batches_per_epoch=1",
+        "--trainer.max_epochs=1", "--trainer.log_every_n_steps=1",  # its one step logs train/*
+    )  # fmt: skip
     assert (run.project, run.group) == ("circlebench-synthetic", "synthetic/circle")
     assert (run.name, run.job_type) == ("synthetic/circle/seed0", "train")
     assert run.config["circlebench.suite"] == "t" and run.config["circlebench.seed"] == 0
@@ -141,22 +150,7 @@ def test_every_panel_names_what_an_offline_run_logs(tmp_path: Path) -> None:
 def test_the_floor_is_a_w_and_b_group_of_its_own(tmp_path: Path) -> None:
     """A floor cell tests circle.yaml untrained: labelled by its config, it would share the
     trained Circle runs' group, and the dashboard's per-loss bars would average the two."""
-    env = offline_child_env(tmp_path) | {"OMP_NUM_THREADS": "1"}
-    rows_csv = tmp_path / "rows.csv"
-    floor = [
-        sys.executable, "-m", "benchmark.training.cli", "test",
-        "--config", str(EXPERIMENTS / "synthetic/fine_grained/circle.yaml"),
-        "--model.embedder.init_args.backbone=test_efficientnet",
-        "--model.embedder.init_args.pretrained=false", "--model.embedder.init_args.head=linear",
-        "--data.init_args.image_size=32", "--data.init_args.images_per_class=4",
-        "--data.init_args.eval_batch_size=64", "--trainer.enable_progress_bar=false",
-        f"--results_csv={rows_csv}", f"--trainer.default_root_dir={tmp_path / 'runs'}",
-        "--wandb=true", "--suite", "t", "--cell_id", "syn/floor/seed0",
-    ]  # fmt: skip
-    done = subprocess.run(floor, cwd=REPO, env=env, capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (log,) = Path(read_results(rows_csv)["run_dir"].iloc[0]).glob("wandb/offline-run-*/*.wandb")
-    run = read_offline_run(log)
+    _, run = _offline_cell(tmp_path, "test", "syn/floor/seed0")
     assert (run.group, run.name) == ("synthetic/floor", "synthetic/floor/seed0")
 
 
