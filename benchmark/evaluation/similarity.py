@@ -99,16 +99,24 @@ def prepare(
     raw: Tensor, name: str, *, low_dtype: torch.dtype, device: torch.device, chunk: int
 ) -> UnitEmbeddings:
     """Check and normalise `raw [N, D]` (compiled, one pass per row); the shortlist copy in
-    `low_dtype` is built when first used. Raises ValueError naming `name` if a row is not finite
-    (its norm is not) or all zeros."""
+    `low_dtype` is built when first used. Raises ValueError naming `name` if a row is all zeros,
+    holds a NaN or Inf, or has a norm past float32's range (its norm is then not finite)."""
     x = raw.numpy()
     norms32 = np.empty(x.shape[0], np.float32)
     _dots.on_threads(lambda a, b: _dots.float32_norms(x[a:b], norms32[a:b]), x.shape[0])
     bad = ~np.isfinite(norms32) | (norms32 == 0)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        what = "is all zeros" if norms32[row] == 0 else "has NaN or Inf values"
-        raise ValueError(f"{name} row {row} {what}: its cosine similarity is undefined")
+        if norms32[row] == 0:
+            what = "is all zeros: its cosine similarity is undefined"
+        elif np.isfinite(x[row]).all():
+            what = (
+                f"has a norm past float32's largest value ({np.finfo(np.float32).max:.3g}); "
+                "scale the embeddings down (cosine similarity does not change)"
+            )
+        else:
+            what = "has NaN or Inf values: its cosine similarity is undefined"
+        raise ValueError(f"{name} row {row} {what}")
     norms = torch.from_numpy(norms32).to(torch.float64)
     return UnitEmbeddings(raw, norms, low_dtype, device, chunk)
 

@@ -53,6 +53,7 @@ def nan_row() -> torch.Tensor:
         ((Q.long(), QL), "query_emb must be floating point"),
         ((nan_row(), QL), "query_emb row 3 has NaN or Inf"),
         ((torch.zeros(6, 4), QL), "query_emb row 0 is all zeros"),
+        ((torch.full((6, 4), 3e38), QL), r"query_emb row 0 has a norm past float32.* scale"),
         ((Q, QL[:5]), "query_labels has 5 entries but query_emb has 6 rows"),
         ((Q, QL.float()), "query_labels must be integer class ids"),
         ((Q, QL[:, None]), "query_labels must be 1-D"),
