@@ -2,10 +2,11 @@
 differences to the group's references.
 
 A leaderboard row is one experiment (the cell id without its seed), whose runs must agree on
-every settings column. The interval is Student's t, `mean ± t(0.975, n-1) · s / √n` (ddof=1),
-empty for one seed. Seeds pair runs across a group's experiments, so a difference to a
-reference (`REFERENCES`: the floor, tuned pair-wise Circle loss and, for `<stem>.tuned`, the
-same loss as configured) is the paired t interval of d_s = x_s − y_s over the seeds both ran:
+every settings column but `epochs` where each tested its validation split's best checkpoint.
+The interval is Student's t, `mean ± t(0.975, n-1) · s / √n` (ddof=1), empty for one seed.
+Seeds pair runs across a group's experiments, so a difference to a reference (`REFERENCES`: the
+floor, tuned pair-wise Circle loss and, for `<stem>.tuned`, the same loss as configured) is the
+paired t interval of d_s = x_s − y_s over the seeds both ran:
 `<metric>_vs_<reference>_mean` and `_ci95`. Only losses tuned with the group's equal budget are
 compared (`compared`); a configured setting is shown, with only its tuned row's `vs_default`.
 """
@@ -64,7 +65,8 @@ def _default(entry: pd.Series, group: pd.DataFrame) -> pd.Series:
 
 
 # The references an experiment is compared with: name -> its candidates among the group's
-# experiments (the first one is taken; an experiment is never its own reference).
+# experiments (the first in the rows' order is taken, the suite's order for `suite_rows`; an
+# experiment is never its own reference).
 REFERENCES = {"floor": _floor, "circle": _circle, "default": _default}
 
 
@@ -93,6 +95,9 @@ def aggregate_rows(rows: pd.DataFrame) -> pd.DataFrame:
         record: dict[str, object] = {"experiment": name, "group": name.split("/")[0]}
         for column in SETTINGS_COLUMNS:
             values = sorted(set(runs[column])) if column in runs else [""]
+            if len(values) > 1 and column == "epochs" and _chosen_on_validation(runs):
+                # each seed's best validation epoch: an outcome of the run, not a setting
+                values = [" ".join(sorted(values, key=int))]
             if len(values) > 1:
                 raise ValueError(
                     f"runs of {name} disagree on {column}: {values}; the config changed between "
@@ -128,6 +133,15 @@ def aggregate_rows(rows: pd.DataFrame) -> pd.DataFrame:
             paired[f"{metric}_vs_{name}_mean"] = [mean for mean, _ in pairs]
             paired[f"{metric}_vs_{name}_ci95"] = [ci for _, ci in pairs]
     return board.assign(**paired)
+
+
+def _chosen_on_validation(runs: pd.DataFrame) -> bool:
+    """Whether every run tested the checkpoint its validation split chose (`best.ckpt`, or
+    `best-v<n>.ckpt` after a resume), whose epoch differs from seed to seed."""
+    if "checkpoint" not in runs:
+        return False
+    names = runs["checkpoint"].astype(str).map(lambda path: Path(path).name)
+    return bool(names.str.fullmatch(r"best(-v\d+)?\.ckpt").all())
 
 
 def paired_difference(values: pd.Series, reference: pd.Series) -> tuple[float, float, int]:

@@ -183,9 +183,13 @@ def row_recipes(rows_csv: Path) -> dict[str, str]:
 
 
 def suite_rows(rows_csv: Path, cells: Sequence[Cell]) -> pd.DataFrame:
-    """The rows of `rows_csv` that `cells` made (other suites' cells may share the file)."""
+    """The rows of `rows_csv` that `cells` made (other suites' cells may share the file), in
+    the suite's order, a rerun cell's rows in theirs: what `aggregate_rows` takes first (a
+    group's Circle reference) then never depends on which cell finished first."""
     rows = read_results(rows_csv)
-    return rows[rows["cell_id"].isin({cell.cell_id for cell in cells})]
+    order = {cell.cell_id: i for i, cell in enumerate(cells)}
+    rows = rows[rows["cell_id"].isin(order)]
+    return rows.sort_values("cell_id", key=lambda ids: ids.map(order), kind="stable")
 
 
 def cell_log(work_dir: Path, cell_id: str) -> Path:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -21,7 +22,7 @@ from benchmark.launch import forked
 from benchmark.leaderboard import command as leaderboard
 from benchmark.leaderboard import numerics, runner
 from benchmark.leaderboard.aggregate import aggregate_rows, ci95, compared, read_leaderboard
-from benchmark.leaderboard.cells import CellWork, cell_args
+from benchmark.leaderboard.cells import CellWork, cell_args, suite_rows
 from benchmark.leaderboard.check import compare
 from benchmark.leaderboard.markdown import (
     format_cell,
@@ -97,6 +98,20 @@ def test_aggregate_rows_refuses_runs_with_different_settings() -> None:
         aggregate_rows(rows)
 
 
+def test_aggregate_rows_lists_the_epochs_each_seed_chose_on_validation() -> None:
+    """With a validation split each seed tests its best epoch's checkpoint: the epochs differ
+    as an outcome, not because the config changed, so the board lists them."""
+    chosen = frame(*[row(f"syn/val/seed{s}", s, 60.0 + s, epochs=str(e),
+                         checkpoint=f"runs/{s}/checkpoints/best{'-v1' if s else ''}.ckpt")
+                     for s, e in enumerate([4, 10, 3])])  # fmt: skip
+    board = aggregate_rows(chosen).set_index("experiment")
+    assert board.loc["syn/val", "epochs"] == "3 4 10"
+    assert board.loc["syn/val", "R@1_mean"] == pytest.approx(61.0)
+    last = chosen.assign(checkpoint="runs/checkpoints/last.ckpt")
+    with pytest.raises(ValueError, match=r"syn/val disagree on epochs"):
+        aggregate_rows(last)
+
+
 BUDGET = "30 trials x 3 folds"  # a tuned row's `tuning`: the budget its setting was found with
 PAIRED_ROWS = frame(
     *[row(f"syn/floor/seed{s}", s, f, loss=FLOOR_LOSS, labels="", epochs="0")
@@ -120,6 +135,23 @@ def test_paired_differences_match_scipy_on_hand_made_seeds() -> None:
     assert board.loc["syn/triplet", "R@1_vs_circle_ci95"] == pytest.approx((high - low) / 2)
     assert math.isnan(board.loc["syn/floor", "R@1_vs_floor_mean"])  # no self-comparison
     assert math.isnan(board.loc["syn/circle", "R@1_vs_circle_mean"])
+
+
+def test_the_circle_reference_is_the_suites_first_whatever_finished_first(tmp_path) -> None:
+    """Two tuned pair-wise Circle experiments in a group: the one the suite lists first is the
+    reference, whichever cell finished (and so was written) first."""
+    ablation = [row(f"syn/circle_m025/seed{s}", s, c, tuning=BUDGET)
+                for s, c in enumerate([50.0, 51.0, 49.0, 50.5])]  # fmt: skip
+    rows = pd.concat([frame(*ablation), PAIRED_ROWS])  # the ablation finished first
+    rows_csv = tmp_path / "rows.csv"
+    rows.to_csv(rows_csv, index=False)
+    names = [*rows["cell_id"][len(ablation) :], *rows["cell_id"][: len(ablation)]]
+    cells = [SimpleNamespace(cell_id=name) for name in names]  # the suite lists circle first
+    board = aggregate_rows(suite_rows(rows_csv, cells)).set_index("experiment")
+    circle = [41.0, 43.5, 40.0]
+    assert board.loc["syn/triplet", "R@1_vs_circle_mean"] == pytest.approx(
+        np.mean(np.subtract([35.0, 44.0, 30.0], circle))
+    )
 
 
 def test_an_untuned_row_is_shown_and_compared_with_nothing() -> None:
