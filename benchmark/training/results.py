@@ -49,6 +49,8 @@ def result_row(
     )
     backbone = cast(PooledBackbone, front)
     height, width = as_hw(datamodule.image_size)
+    # the image datamodule: the frozen track's cache wraps it (MSMT17's include_val is its own)
+    images = datamodule.images if isinstance(datamodule, CachedFeatureDataModule) else datamodule
     return ResultRow(
         cell_id=cell_id,
         dataset=datamodule.dataset_name,
@@ -65,7 +67,7 @@ def result_row(
         k=trained.k if trained and trained.k is not None else datamodule.k,
         epochs=trained.epoch if trained else 0,
         seed=seed,
-        include_val=str(datamodule.include_val) if isinstance(datamodule, MSMT17DataModule) else "",
+        include_val=str(images.include_val) if isinstance(images, MSMT17DataModule) else "",
         rerank=report.rerank,
         tuning=tuning if trained else "",
         metrics={name: 100.0 * value for name, value in report.metrics.items()},

@@ -29,7 +29,9 @@ from benchmark.training.results import (
 )
 from benchmark.training.rows import FLOOR_LOSS, ResultRow, append_row
 from core.devices import float32_modes
+from datamodules import CachedFeatureDataModule, MSMT17DataModule
 from losses import CircleLoss
+from tests.datamodules._layouts import write_msmt17
 
 CONTRACT_COLUMNS = [
     "cell_id", "dataset", "track", "protocol", "labels", "loss", "loss_params", "backbone",
@@ -199,6 +201,24 @@ def test_result_row_reads_the_objects_that_ran() -> None:
     )
     assert (floor.loss, floor.labels, floor.loss_params, floor.epochs) == (FLOOR_LOSS, "", "", 0)
     assert (floor.checkpoint, floor.metrics) == ("", row.metrics)
+
+
+@pytest.mark.parametrize("include_val", [False, True])
+def test_a_frozen_msmt17_row_records_include_val(tmp_path: Path, include_val: bool) -> None:
+    """The frozen track wraps MSMT17's datamodule: its include_val (which training images) is
+    still a setting of the row, so seeds trained on different sets do not fold together."""
+    images = MSMT17DataModule(root=write_msmt17(tmp_path), include_val=include_val)
+    extractor = SimpleNamespace(backbone_name="resnet50", pretrained_source="x")
+    frozen = CachedFeatureDataModule(images, extractor)  # type: ignore[arg-type]
+    report = EvaluationReport({"R@1": 0.5}, "torch-cpu", queries=4, skipped_queries=0)
+    model = SimpleNamespace(
+        protocol="query_gallery", loss=CircleLoss(), embedder=SimpleNamespace(embedding_dim=8),
+        test_result=TestResult(report, HardestPairs(np.zeros(1), np.zeros(1))),
+        trainer=fake_trainer(torch.device("cpu"), 1, "32-true"),
+    )  # fmt: skip
+    row = result_row(model, frozen, cell_id="", loss_params="{}", trained=None, seed=0,
+                     provenance={})  # fmt: skip
+    assert (row.track, row.include_val) == ("frozen", str(include_val))
 
 
 def fake_trainer(device: torch.device, world_size: int, precision: str) -> SimpleNamespace:
