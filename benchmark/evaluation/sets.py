@@ -40,6 +40,8 @@ class EvaluationSets:
 
 def _as_tensor(value: Tensor | np.ndarray, name: str) -> Tensor:
     if isinstance(value, np.ndarray):
+        if not value.dtype.isnative:  # big-endian data (`>f4`): torch reads native order only
+            value = value.astype(value.dtype.newbyteorder("="))
         return torch.from_numpy(value if all(s >= 0 for s in value.strides) else value.copy())
     if isinstance(value, Tensor):
         return value.detach().cpu()

@@ -39,6 +39,14 @@ def test_numpy_integers_and_reversed_numpy_views_are_accepted() -> None:
     assert ev.evaluate(emb[::-1], labels[::-1]) == ev.evaluate(emb, labels)
 
 
+def test_big_endian_numpy_arrays_are_read_as_their_values() -> None:
+    """Arrays saved in the other byte order (`>f4`, `>i8`) give the native arrays' metrics."""
+    ev = RetrievalEvaluator("same_set", (1, 2))
+    emb, labels = Q.numpy(), QL.numpy()
+    swapped = ev.evaluate(emb.astype(">f4"), labels.astype(">i8"))
+    assert swapped == ev.evaluate(emb, labels)
+
+
 def nan_row() -> torch.Tensor:
     q = Q.clone()
     q[3, 1] = torch.nan
