@@ -12,7 +12,8 @@ one exported in `losses.__all__` against this list:
    detached tensors (`similarity.pair_stats`), or a `similarity.LazyStats` computing them at
    the first read.
 4. `forward` starts with `self.check_batch(embeddings, labels)`: a ValueError naming the loss
-   and the problem (not 2-D / 1-D, a length mismatch, an empty batch, non-finite embeddings)
+   and the problem (not 2-D / 1-D, labels not int64, a length mismatch, an empty batch,
+   non-finite embeddings)
    instead of a NaN loss or an IndexError from deep inside. A label outside [0, num_classes)
    is a ValueError naming the loss or, for the proxy losses, their `ClassProxies` source.
 5. Hyper-parameters are checked in `__init__`; a bad value raises ValueError with the value,
@@ -68,7 +69,8 @@ class MetricLoss(nn.Module, ABC):
             raise ValueError(f"{type(self).__name__}: {name} must be {rule}, got {value}; {hint}")
 
     def check_batch(self, embeddings: Tensor, labels: Tensor) -> None:
-        """ValueError naming this loss unless embeddings [B, D] are finite, B >= 1, labels [B]."""
+        """ValueError naming this loss unless embeddings [B, D] are finite, B >= 1, labels [B]
+        int64."""
         owner = type(self).__name__
         if embeddings.ndim != 2:
             raise ValueError(
@@ -79,6 +81,10 @@ class MetricLoss(nn.Module, ABC):
             raise ValueError(
                 f"{owner}: labels must be 1-D [B], got shape {tuple(labels.shape)}; "
                 "pass one integer class id per embedding"
+            )
+        if labels.dtype != torch.int64:  # one_hot and cross_entropy take int64 only
+            raise ValueError(
+                f"{owner}: labels must be int64 class ids, got {labels.dtype}; pass labels.long()"
             )
         if len(labels) != len(embeddings):
             raise ValueError(

@@ -205,6 +205,16 @@ def test_wrong_ndim_is_an_error(name: str, embeddings_shape, labels_shape, match
         FACTORIES[name]()(embeddings, labels)
 
 
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_labels_other_than_int64_are_an_error(name: str, pk_batch) -> None:
+    """int32 labels (from numpy, say) crashed the class-level losses inside one_hot or
+    cross_entropy and passed the pair-wise ones: every loss names the fix instead."""
+    embeddings, labels = pk_batch(p=C, k=3, dim=D)
+    match = rf"^{owner(name)}: labels must be int64 class ids, got torch.int32; pass labels.long"
+    with pytest.raises(ValueError, match=match):
+        FACTORIES[name]()(embeddings, labels.int())
+
+
 @pytest.mark.parametrize("name", ["SoftmaxLoss", "CenterLoss", "CopernicanLoss"])
 def test_label_error_names_the_loss_the_user_built(name: str, pk_batch) -> None:
     embeddings, labels = pk_batch(p=C, k=3, dim=D)
