@@ -49,7 +49,9 @@ def run_trial(
         curves.append(run_fold(args, folder / f"fold{fold}.log", budget, run_forked, threads))
         trial.set_user_attr("fold_curves", [[round(v, 4) for v in c] for c in curves])
         trial.report(max(curves[-1]), fold)  # a fold's best: pruning sees finished folds only
-        if budget.pruner == "wilcoxon" and trial.should_prune():
+        # After the last fold nothing is left to save: the finished trial competes for best.
+        last = fold == budget.folds - 1
+        if budget.pruner == "wilcoxon" and not last and trial.should_prune():
             raise optuna.TrialPruned(f"pruned after fold {fold}")
     epoch, value = choose_epoch(curves)
     trial.set_user_attr("best_epoch", epoch)

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
+import optuna
 import pytest
 
 from benchmark.launch.forked import LOST_STATUS, exit_status
+from benchmark.tuning import objective
 from benchmark.tuning.experiment import Budget
 from benchmark.tuning.objective import FoldFailedError, FoldWork, choose_epoch, run_fold
+from benchmark.tuning.study import create_study
 
 BUDGET = Budget(trials=1, folds=2, max_epochs=3)
 
@@ -58,3 +62,21 @@ def test_the_epoch_is_the_best_mean_over_folds_the_earliest_on_a_tie() -> None:
     assert choose_epoch([[1.0, 2.0], [2.0, 1.0]]) == (1, 1.5)
     with pytest.raises(FoldFailedError, match="different numbers of epochs"):
         choose_epoch([[1.0, 2.0], [1.0]])
+
+
+def test_wilcoxon_never_prunes_a_trial_that_ran_every_fold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pruner compares each fold's best, the objective takes the mean curve's best: after
+    the last fold a trial (here 9.0 against 7.5) could be pruned, with nothing saved, and lose
+    its place as the best."""
+    budget = Budget(trials=2, folds=4, max_epochs=2, pruner="wilcoxon")
+    study = create_study("s", optuna.storages.InMemoryStorage(), budget)
+    experiment = SimpleNamespace(fold_args=lambda *args: [])
+    for curves in ([[10, 5], [5, 10], [10, 5], [5, 10]], [[9, 9]] * 4):
+        folds = iter(curves)
+        monkeypatch.setattr(objective, "run_fold", lambda *args, folds=folds: next(folds))
+        trial = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+        value = objective.run_trial(trial, experiment, budget, tmp_path, 1)  # type: ignore[arg-type]
+        study.tell(trial, value)
+    assert (study.best_trial.number, study.best_value) == (1, 9.0)

@@ -36,6 +36,8 @@ from benchmark.tuning.study import (
     recover_stale,
     work,
 )
+from benchmark.tuning.task import STAMP, Task
+from benchmark.tuning.tuned import TunedFiles
 
 BUDGET = Budget(trials=6, folds=2, max_epochs=1, startup_trials=2)
 SPACE = {"x": FloatDistribution(0.0, 1.0)}
@@ -287,3 +289,29 @@ def _get_json(url: str) -> dict:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+def test_a_study_run_with_another_recipe_or_budget_is_refused(tmp_path: Path) -> None:
+    """A journal holds which config, overrides and budget its trials ran with: `tune` with
+    another budget or config on it would count and write those trials as this one's."""
+    root = Path(__file__).resolve().parents[3]
+    frozen = root / "experiments" / "synthetic" / "fine_grained" / "frozen"
+    storage = str(tmp_path / "circle.journal")
+
+    def task(config: str, budget: Budget, overrides: tuple[str, ...] = ()) -> Task:
+        files = TunedFiles(tmp_path, "circle")
+        return Task(
+            frozen / config, overrides, tmp_path / "s.yaml", budget, "circle", storage, files
+        )
+
+    first = task("circle.yaml", BUDGET)
+    study = first.open_study()
+    study.enqueue_trial({"x": 0.5})
+    assert first.open_study().user_attrs[STAMP]["budget"]["folds"] == 2  # resuming: accepted
+    longer = Budget(trials=6, folds=2, max_epochs=3, startup_trials=2)
+    with pytest.raises(ValueError, match=r"ran its trials with another budget \(budget: .*"):
+        task("circle.yaml", longer).open_study()
+    with pytest.raises(ValueError, match=r"another config or overrides \(tuned_for: .*circle"):
+        task("triplet.yaml", BUDGET).open_study()
+    with pytest.raises(ValueError, match=r"delete it .* or keep it and pass --storage"):
+        task("circle.yaml", BUDGET, ("--trainer.max_epochs=2",)).open_study()
