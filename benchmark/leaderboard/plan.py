@@ -125,7 +125,7 @@ def _group_hours(
                 add(device, "feature cache", cache_hours(work, rate))
     if group.tuning is not None:
         for config in group.configs:
-            work = workload(config, (*suite.overrides, *group.overrides_for(config)), root)
+            work = workload(config, group.overrides_for(config), root)
             for device, rate in rated(work).items():
                 add(device, "tuning", study_hours(work, group.tuning, rate))
     return parts

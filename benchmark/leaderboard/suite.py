@@ -109,10 +109,10 @@ class Suite:
         for group in self.groups:
             seeds = group.seeds if group.seeds is not None else self.seeds
             if group.floor is not None:
-                overrides = (*self.overrides, *group.overrides_for(group.floor))
+                overrides = group.overrides_for(group.floor)
                 cells += [Cell(group, group.floor, s, overrides, "test") for s in seeds]
             for config in group.configs:
-                overrides = (*self.overrides, *group.overrides_for(config))
+                overrides = group.overrides_for(config)
                 if group.tuning is None or "default" in group.settings:
                     cells += [Cell(group, config, seed, overrides) for seed in seeds]
                 if group.tuning is not None and "tuned" in group.settings:
@@ -127,7 +127,10 @@ def load_suite(name: str, root: Path = Path("."), seeds: list[int] | None = None
     check_keys(spec, _SUITE_KEYS, f"{path}")
     if not spec.get("groups"):
         raise ValueError(f"{path}: no `groups:`; a suite needs at least one group of configs")
-    groups = tuple(parse_group(gname, gspec, root, path) for gname, gspec in spec["groups"].items())
+    overrides = strings(spec.get("overrides", []), f"{path}: overrides")
+    groups = tuple(
+        parse_group(gname, gspec, root, path, overrides) for gname, gspec in spec["groups"].items()
+    )
     chosen = seed_list(seeds if seeds is not None else spec.get("seeds", [0]), f"{path}: seeds")
     if seeds is not None:  # --seeds replaces every group's seeds too
         groups = tuple(dataclasses.replace(g, seeds=None) for g in groups)
@@ -135,7 +138,7 @@ def load_suite(name: str, root: Path = Path("."), seeds: list[int] | None = None
         name=name,
         description=str(spec.get("description", "")).strip(),
         seeds=chosen,
-        overrides=strings(spec.get("overrides", []), f"{path}: overrides"),
+        overrides=overrides,
         output=Path(spec.get("output", f"suites/{name}")),
         threads=spec.get("threads"),
         groups=groups,

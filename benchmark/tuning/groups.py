@@ -24,7 +24,7 @@ class Group:
 
     name: str
     configs: tuple[Path, ...]
-    overrides: tuple[str, ...]
+    overrides: tuple[str, ...]  # the suite's, then the group's: what its cells and `tune` run
     config_overrides: dict[str, tuple[str, ...]]
     requires: tuple[Path, ...]
     paper_dataset: str | None
@@ -85,12 +85,18 @@ def suite_groups(name: str, root: Path = Path(".")) -> tuple[Group, ...]:
     """The groups of suite `name`, parsed as the leaderboard parses them."""
     path = suite_path(name, root)
     spec = read_yaml(path) or {}
+    suite_overrides = strings(spec.get("overrides", []), f"{path}: overrides")
     return tuple(
-        parse_group(g, gspec, root, path) for g, gspec in (spec.get("groups") or {}).items()
+        parse_group(g, gspec, root, path, suite_overrides)
+        for g, gspec in (spec.get("groups") or {}).items()
     )
 
 
-def parse_group(name: str, spec: dict, root: Path, path: Path) -> Group:
+def parse_group(
+    name: str, spec: dict, root: Path, path: Path, suite_overrides: tuple[str, ...] = ()
+) -> Group:
+    """Group `name` of the suite file `path`; its overrides follow the suite's, as in a cell's
+    `fit` line, so that `tune` trains what the cells train."""
     where = f"{path}: group {name!r}"
     if not isinstance(spec, dict):
         raise ValueError(f"{where}: expected a mapping with `configs:`, got {spec!r}")
@@ -135,7 +141,7 @@ def parse_group(name: str, spec: dict, root: Path, path: Path) -> Group:
     return Group(
         name=name,
         configs=tuple(configs),
-        overrides=strings(spec.get("overrides", []), f"{where}: overrides"),
+        overrides=(*suite_overrides, *strings(spec.get("overrides", []), f"{where}: overrides")),
         config_overrides={
             stem: strings(value, f"{where}: config_overrides.{stem}")
             for stem, value in per_config.items()

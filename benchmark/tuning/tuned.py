@@ -81,13 +81,19 @@ def group_files(group: str, stem: str, root: Path = Path(".")) -> TunedFiles:
     return TunedFiles(root / TUNED_DIR / group, stem)
 
 
+# Options that change how a run reports, not what it trains: a suite may switch them for its
+# cells (and so for `tune`) without making its tuned settings stale.
+RUN_ONLY = ("--trainer.enable_progress_bar", "--wandb")
+
+
 def recipe(config: Path, overrides: tuple[str, ...], root: Path = Path(".")) -> dict[str, Any]:
-    """What a setting was tuned for: the config (path and SHA-256) and the group's overrides."""
+    """What a setting was tuned for: the config (path and SHA-256) and the overrides (the
+    suite's and the group's) but the `RUN_ONLY` ones."""
     content = (root / config).read_bytes()
     return {
         "config": str(config),
         "config_sha256": hashlib.sha256(content).hexdigest(),
-        "overrides": list(overrides),
+        "overrides": [o for o in overrides if o.split("=", 1)[0] not in RUN_ONLY],
     }
 
 

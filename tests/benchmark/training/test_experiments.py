@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from benchmark.leaderboard.suite import load_suite
 from benchmark.training.cli import CircleBenchCLI
 from benchmark.tuning.groups import suite_groups
+from benchmark.tuning.tuned import recipe
 from datamodules.catalog import DATASETS as DATASETS_BY_NAME
 from losses.external import pml_installed
 
@@ -266,3 +268,20 @@ def test_the_cpu_suites_run_every_loss_as_tuned_for_its_current_config(suite: st
         if (reason := group.untuned(config, root)) is not None
     }
     assert not untuned
+
+
+def test_tune_trains_with_the_suites_overrides_as_the_cells_do() -> None:
+    """The paper suite's cells train BN-Inception ImageNet-pretrained (a suite-level override
+    on `pretrained: false` configs): `tune --suite paper` must tune that recipe, not the
+    network from scratch. Switches of how a run reports stay out of the tuned recipe."""
+    root = EXPERIMENTS.parent
+    suite = load_suite("paper", root)
+    cub = next(g for g in suite_groups("paper", root) if g.name == "cub200")
+    pretrained = "--model.embedder.init_args.pretrained=true"
+    for config in cub.configs:
+        assert pretrained in cub.overrides_for(config)
+        cell = next(c for c in suite.cells() if c.config == config and c.tuned)
+        assert cell.overrides == cub.overrides_for(config)  # what tune runs is what cells run
+    assert recipe(cub.configs[0], cub.overrides_for(cub.configs[0]), root)["overrides"] == [
+        pretrained
+    ]
