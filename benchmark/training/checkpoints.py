@@ -27,6 +27,7 @@ LAST, INTERRUPTED = "last.ckpt", "interrupted.ckpt"
 # and those that only shape training batches (free to differ when evaluating a checkpoint).
 DATA_LOCATION = ("root", "num_workers", "eval_batch_size", "cache_dir")
 DATA_BATCHES = ("p", "k", "batches_per_epoch")
+FROZEN_PARTS = ("images", "extractor")  # the frozen track's objects, saved as their config
 
 
 class LastCheckpoint(ModelCheckpoint):
@@ -97,6 +98,8 @@ class CheckpointInfo:
         # before and after that epoch's end; the loop's progress counts finished epochs.
         progress = state["loops"]["fit_loop"]["epoch_progress"]["total"]
         data = state.get("datamodule_hyper_parameters", {})
+        if "p" not in data:  # the frozen track: the wrapped image DataModule's (`cli`)
+            data = data.get("images", {}).get("init_args", {})
         return CheckpointInfo(
             str(path), int(progress["processed"]), int(state["global_step"]), data.get("p"),
             data.get("k"),
@@ -159,10 +162,21 @@ def check_matches_config(ckpt_path: str | Path, config: dict[str, Any], *, train
         ignored = DATA_LOCATION if training else (*DATA_LOCATION, *DATA_BATCHES)
         saved_class, wanted_class = data.pop("_class_path", None), config["data"].get("class_path")
         wanted = config["data"].get("init_args", {})
-        differing = {
-            k: (v, wanted[k]) for k, v in data.items()
-            if not k.startswith("_") and k not in ignored and k in wanted and wanted[k] != v
-        }  # fmt: skip
+        differing = _differing(data, wanted, ignored)
+        for part in FROZEN_PARTS:  # the frozen track's image DataModule and extractor, whose
+            # weights' path may move, not whether it has any
+            saved_part, wanted_part = (
+                _weights_given(data.get(part)),
+                _weights_given(wanted.get(part)),
+            )
+            if isinstance(saved_part, dict) and isinstance(wanted_part, dict):
+                classes = (saved_part.get("class_path"), wanted_part.get("class_path"))
+                if classes[0] != classes[1]:
+                    differing[part] = classes
+                args = _differing(
+                    saved_part.get("init_args", {}), wanted_part.get("init_args", {}), ignored
+                )
+                differing |= {f"{part}.{k}": v for k, v in args.items()}
         if saved_class != wanted_class or differing:
             problems.append(
                 f"data: checkpoint {saved_class} vs config {wanted_class}; "
@@ -177,6 +191,15 @@ def check_matches_config(ckpt_path: str | Path, config: dict[str, Any], *, train
             "--model.eval_backend, --model.eval_metrics, --model.rerank, the data root, "
             "feature cache and loaders) may be changed."
         )
+
+
+def _differing(saved: dict, wanted: dict, ignored: tuple[str, ...]) -> dict[str, tuple]:
+    """{argument: (saved, wanted)} of the plain arguments that differ, but the `ignored` ones."""
+    return {
+        k: (v, wanted[k]) for k, v in saved.items()
+        if not k.startswith("_") and k not in (*ignored, *FROZEN_PARTS) and k in wanted
+        and wanted[k] != v
+    }  # fmt: skip
 
 
 def _weights_given(spec: Any) -> Any:

@@ -42,6 +42,7 @@ from benchmark.training.module import MetricLearningModule
 from benchmark.training.results import config_hash, git_sha, result_row, save_similarities
 from benchmark.training.rows import append_row, keep_earlier_metrics
 from datamodules.base import RetrievalDataModule
+from datamodules.features import CachedFeatureDataModule
 from losses import ExternalLoss
 from losses.external import PML_INSTALL, pml_installed
 
@@ -162,6 +163,12 @@ class CircleBenchCLI(LightningCLI):
     def instantiate_classes(self) -> None:
         if not self.parse_only:
             super().instantiate_classes()
+            if isinstance(self.datamodule, CachedFeatureDataModule):
+                # It saves neither wrapped object; their config, in its saved hyper-parameters,
+                # is what the checkpoint check compares and where a row reads P and K.
+                self._dump_config()
+                given = self.config_dump["data"]["init_args"]
+                self.datamodule.hparams.update(images=given["images"], extractor=given["extractor"])
 
     def _parse_ckpt_path(self) -> None:
         """Check a checkpoint against the config instead of letting its hyper-parameters

@@ -12,11 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import timm
 import torch
 
-from benchmark.training.checkpoints import CheckpointInfo, check_matches_config
+from benchmark.training.checkpoints import CheckpointInfo, check_matches_config, load_checkpoint
 from benchmark.training.cli import hashed_config
 from benchmark.training.rows import run_metrics
+from tests.benchmark.tuning.test_command import tiny_frozen
 
 ROOT = Path(__file__).resolve().parents[3]
 FINE = ROOT / "experiments" / "synthetic" / "fine_grained"
@@ -200,18 +202,60 @@ def test_testing_without_a_checkpoint_records_the_floor_with_a_warning(tmp_path:
 
 def test_the_feature_cache_folder_may_differ_but_not_what_is_trained(tmp_path: Path) -> None:
     """cache_dir says where features are kept, as root says where images are: a checkpoint is
-    evaluated with another one (and the config hash leaves both out), but not with another P."""
+    evaluated with another one (and the config hash leaves both out), but not with other data
+    or features. The frozen track saves its image DataModule and extractor as their config
+    (`cli`), which is where a test row reads the checkpoint's P and K."""
     features = "datamodules.features.CachedFeatureDataModule"
-    saved = {"_class_path": features, "cache_dir": "/a", "root": "/x", "p": 8}
-    state = {"state_dict": {}, "hyper_parameters": {}, "loops": {}}
+
+    def data(root: str = "/x", p: int = 8, mode: str = "fine_grained", **extractor) -> dict:
+        images = {"class_path": "datamodules.SyntheticDataModule",
+                  "init_args": {"root": root, "p": p, "k": 4, "mode": mode}}  # fmt: skip
+        args = {"pooling": "avg", "pretrained": "/w.pth", **extractor}
+        extract = {"class_path": "benchmark.training.embedders.BackboneFeatures", "init_args": args}
+        return {"images": images, "extractor": extract}
+
+    saved = {"_class_path": features, "cache_dir": "/a", "views": 1, **data()}
+    loops = {"fit_loop": {"epoch_progress": {"total": {"processed": 2}}}}
+    state = {"state_dict": {}, "hyper_parameters": {}, "loops": loops, "global_step": 10}
     torch.save({**state, "datamodule_hyper_parameters": saved}, tmp_path / "run.ckpt")
+    info = CheckpointInfo.read(tmp_path / "run.ckpt")
+    assert (info.epoch, info.p, info.k) == (2, 8, 4)
 
     def config(**args: object) -> dict:
         return {"model": {}, "data": {"class_path": features, "init_args": args}}
 
-    check_matches_config(
-        tmp_path / "run.ckpt", config(cache_dir="/b", root="/y", p=8), training=True
-    )
-    with pytest.raises(ValueError, match=r"differing \(checkpoint, config\): \{'p': \(8, 4\)\}"):
-        check_matches_config(tmp_path / "run.ckpt", config(cache_dir="/a", p=4), training=True)
-    assert hashed_config(config(cache_dir="/b", root="/y", p=8)) == hashed_config(config(p=8))
+    moved = config(cache_dir="/b", views=1, **data(root="/y", pretrained="/elsewhere/w.pth"))
+    check_matches_config(tmp_path / "run.ckpt", moved, training=True)
+    check_matches_config(tmp_path / "run.ckpt", config(**data(p=4)), training=False)
+    for changed, match in [
+        (data(p=4), r"\{'images.p': \(8, 4\)\}"),
+        (data(mode="reid"), r"\{'images.mode': \('fine_grained', 'reid'\)\}"),
+        (data(pooling="max"), r"\{'extractor.pooling': \('avg', 'max'\)\}"),
+        (data(pretrained=False), r"\{'extractor.pretrained': \(True, False\)\}"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            check_matches_config(tmp_path / "run.ckpt", config(**changed), training=True)
+    located = config(cache_dir="/b", views=1, **data(root="/y"))
+    assert hashed_config(located) == hashed_config(config(cache_dir="/a", views=1, **data()))
+
+
+def test_a_frozen_runs_checkpoint_holds_its_images_and_extractor(tmp_path: Path) -> None:
+    """What the check above compares is what a real frozen-track fit saves."""
+    torch.manual_seed(0)
+    weights = tmp_path / "test_efficientnet.pth"
+    torch.save(timm.create_model("test_efficientnet", num_classes=0).state_dict(), weights)
+    frozen = [
+        "--config", str(FINE / "frozen" / "circle.yaml"),
+        *tiny_frozen(weights, tmp_path / "cache"),
+        "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--test_after_fit=false",
+        "--wandb=false", "--trainer.enable_progress_bar=false",
+        f"--trainer.default_root_dir={tmp_path}", f"--results_csv={tmp_path / 'runs.csv'}",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "benchmark.cli", "fit", *frozen]
+    ok(subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300))
+    (ckpt,) = tmp_path.glob("**/checkpoints/last.ckpt")
+    saved = load_checkpoint(ckpt)["datamodule_hyper_parameters"]
+    assert saved["images"]["init_args"]["num_train_classes"] == 40
+    assert saved["extractor"]["init_args"]["backbone"] == "test_efficientnet"
+    assert CheckpointInfo.read(ckpt).p == saved["images"]["init_args"]["p"]
