@@ -33,8 +33,16 @@ def download(url: str, md5: str, folder: Path, *, timeout_s: float = 10.0) -> Pa
     """
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / Path(urlparse(url).path).name
-    if target.is_file() and file_md5(target) == md5:
+    present = file_md5(target) if target.is_file() else None
+    if present == md5:
         return target
+    # a copy put there by hand that is incomplete or another file: say so if we cannot fetch
+    replace = (
+        f" The {target.name} there now has md5 {present}, not {md5}: it is incomplete or "
+        "another file; replace it."
+        if present is not None
+        else ""
+    )
     partial = target.with_name(target.name + ".part")
     digest = hashlib.md5(usedforsecurity=False)
     try:
@@ -47,7 +55,7 @@ def download(url: str, md5: str, folder: Path, *, timeout_s: float = 10.0) -> Pa
         raise ConnectionError(
             f"could not download {url} ({getattr(error, 'reason', error)}); this machine may be "
             f"offline. Fetch the file on a connected machine, copy it to {target} and run the "
-            "same command again: it checks the md5 and extracts it."
+            "same command again: it checks the md5 and extracts it." + replace
         ) from error
     if digest.hexdigest() != md5:
         partial.unlink()

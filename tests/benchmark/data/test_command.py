@@ -123,6 +123,18 @@ def test_download_offline_fails_fast_with_the_manual_route(
     assert list((tmp_path / "data").iterdir()) == []  # no partial file left behind
 
 
+def test_download_offline_names_a_bad_copy_already_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An incomplete archive copied by hand: "copy it there" alone would send the user in a
+    circle; the message says the file there is not the right one."""
+    _with_url(monkeypatch, _refused_url(), "0" * 32)
+    (tmp_path / "CUB_200_2011.tgz").write_bytes(b"junk")
+    bad = hashlib.md5(b"junk").hexdigest()
+    with pytest.raises(SystemExit, match=rf"has md5 {bad}, not 0{{32}}: it is incomplete"):
+        main(["download", "cub200", "--root", str(tmp_path), "--timeout", "2"])
+
+
 def _archive(tmp_path: Path) -> tuple[str, str]:
     """A CUB_200_2011.tgz of the tiny layout, as a file:// URL, and its md5."""
     source = _layouts.write_cub(tmp_path / "src")
