@@ -35,6 +35,7 @@ from core.atomic import write_text
 
 LEADERBOARD_PROJECT = "circlebench-leaderboard"  # where `leaderboard` logs its table
 SPEC_FILE = "dashboard.json"
+RESULTS = Path("results")  # the default --results-dir
 X_AXIS = "trainer/global_step"  # Lightning's W&B logger steps every metric by it
 SIZES = ("num_classes", "embedding_dim")  # loss arguments that are shapes, not hyper-parameters
 
@@ -211,7 +212,7 @@ def build_parser() -> ArgumentParser:
         epilog=manual_line("dashboard"),
     )
     parser.add_argument("--suite", required=True, help="suite name, e.g. quick, ci, paper")
-    parser.add_argument("--results-dir", type=Path, default=Path("results"))
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
     parser.add_argument("--entity", default="", help="W&B entity (default: your default entity)")
     parser.add_argument(
         "--publish", action="store_true", help="save the view to W&B (needs `wandb login`)"
@@ -235,12 +236,16 @@ def main(
         )
     board = aggregate_rows(rows)
     spec_path = work / SPEC_FILE
-    spec = view_spec(build_view(board, rows, suite.name, args.entity))
+    # entity-free: naming one makes wandb-workspaces ask the server (filled in on --publish)
+    spec = view_spec(build_view(board, rows, suite.name))
     write_text(spec_path, json.dumps(spec, indent=1) + "\n")
     print(f"wrote {spec_path}: the W&B view of suite {suite.name!r} ({len(board)} experiments)")
     if not args.publish:
+        again = f"circlebench dashboard --suite {suite.name}"  # the same rows and entity
+        again += f" --results-dir {args.results_dir}" if args.results_dir != RESULTS else ""
+        again += f" --entity {args.entity}" if args.entity else ""
         print(
-            f"publish it with `circlebench dashboard --suite {suite.name} --publish` "
+            f"publish it with `{again} --publish` "
             "(needs W&B credentials: `wandb login` or WANDB_API_KEY)"
         )
         return

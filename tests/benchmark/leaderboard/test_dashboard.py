@@ -248,6 +248,10 @@ def test_offline_the_command_writes_the_spec_and_says_how_to_publish(
         circlebench(["dashboard", "--suite", "t", "--publish"])
     with pytest.raises(SystemExit, match="no rows for suite 't'"):
         dashboard.main(["--suite", "t", "--results-dir", "elsewhere"])
+    (project / "results").rename(project / "elsewhere")  # the hint keeps where the rows are
+    dashboard.main(["--suite", "t", "--results-dir", "elsewhere", "--entity", "lab"])  # offline
+    hint = "dashboard --suite t --results-dir elsewhere --entity lab --publish"
+    assert hint in capsys.readouterr().out
 
 
 def test_publish_saves_then_updates_through_the_command(
