@@ -116,13 +116,13 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         first = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
         raise ValueError(
             f"{path} is not a PyTorch checkpoint that can be read ({first}); pass a .ckpt that "
-            "`circlebench fit` wrote (<run folder>/checkpoints/last.ckpt) or the run folder"
+            "`circlebench fit` wrote (<run folder>/checkpoints/last.ckpt)"
         ) from None
     missing = [k for k in ("state_dict", "hyper_parameters", "loops") if k not in state]
     if not isinstance(state, dict) or missing:
         raise ValueError(
             f"{path} is not a checkpoint of `circlebench fit` (it lacks {missing or 'a dict'}); "
-            "pass a .ckpt that a fit wrote (<run folder>/checkpoints/last.ckpt) or the run folder"
+            "pass a .ckpt that a fit wrote (<run folder>/checkpoints/last.ckpt)"
         )
     return state
 
