@@ -85,7 +85,6 @@ class Suite:
     name: str
     description: str
     seeds: tuple[int, ...]
-    overrides: tuple[str, ...]
     output: Path
     threads: int | None
     groups: tuple[Group, ...]
@@ -127,7 +126,7 @@ def load_suite(name: str, root: Path = Path("."), seeds: list[int] | None = None
     check_keys(spec, _SUITE_KEYS, f"{path}")
     if not spec.get("groups"):
         raise ValueError(f"{path}: no `groups:`; a suite needs at least one group of configs")
-    overrides = strings(spec.get("overrides", []), f"{path}: overrides")
+    overrides = strings(spec.get("overrides", []), f"{path}: overrides")  # each group's first
     groups = tuple(
         parse_group(gname, gspec, root, path, overrides) for gname, gspec in spec["groups"].items()
     )
@@ -138,7 +137,6 @@ def load_suite(name: str, root: Path = Path("."), seeds: list[int] | None = None
         name=name,
         description=str(spec.get("description", "")).strip(),
         seeds=chosen,
-        overrides=overrides,
         output=Path(spec.get("output", f"suites/{name}")),
         threads=spec.get("threads"),
         groups=groups,

@@ -102,7 +102,7 @@ def test_every_study_resolves_and_its_folds_parse(
     """What `circlebench tune --suite modern --group G` runs: the loss's own space over the
     config as the group places it, the default setting first, and each fold's command line."""
     monkeypatch.chdir(ROOT)
-    overrides = (*SUITE.overrides, *group.overrides_for(config))
+    overrides = group.overrides_for(config)  # the suite's, then the group's
     experiment = parse_experiment(config, overrides, load_space(space_path(config.stem)))
     assert experiment.defaults and None not in experiment.defaults.values()
     if "frozen" not in group.name:

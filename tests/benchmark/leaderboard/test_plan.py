@@ -134,7 +134,13 @@ def test_the_paper_suite_has_floors_budgets_and_gpu_hours(tmp_path: Path) -> Non
     assert read_rates(table)["resnet50"][0].precision == "bf16-mixed"
     assert "another precision" not in text
     fp32 = load_suite("paper", ROOT)
-    fp32 = dataclasses.replace(fp32, overrides=(*fp32.overrides, "--trainer.precision=32-true"))
+    fp32 = dataclasses.replace(  # a suite-level override reaches every group's cells
+        fp32,
+        groups=tuple(
+            dataclasses.replace(g, overrides=(*g.overrides, "--trainer.precision=32-true"))
+            for g in fp32.groups
+        ),
+    )
     assert "images/s for ['bninception at 32-true', 'resnet50 at 32-true'] measured at " in (
         suite_plan(fp32, ROOT, table)
     )
