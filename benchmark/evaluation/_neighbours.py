@@ -39,7 +39,7 @@ def _candidates(
     sign·s̃ (`values`, `index` [N, keep], descending); a row whose list ends at or above its
     limit may miss some and is recomputed whole."""
     inner = values.to(torch.float64) >= limit[:, None]  # [N, keep]
-    low = x.query.values  # [N, D] float32 (the query and gallery copies are one)
+    low = x.low.values  # [N, D] float32
     partial = inner[:, -1] & (values.shape[1] < low.shape[0])
     rows, slots = (inner & ~partial[:, None]).nonzero(as_tuple=True)
     found = [(rows, index[rows, slots])]
@@ -55,7 +55,7 @@ def _candidates(
 def nearest_neighbours(x: UnitEmbeddings, width: int, chunk: int) -> Neighbours:
     """Exact `width` nearest items and least similarity of every row of `x` (its float32 copy),
     in the memory of one chunk × N float32 panel and N × (width + 2·16) list entries."""
-    low = x.query.values  # [N, D] float32 (the query and gallery copies are one)
+    low = x.low.values  # [N, D] float32
     n = low.shape[0]
     eps = shortlist_error(x, x)
     keep_near, keep_far = min(n, width + _MARGIN), min(n, _MARGIN)

@@ -215,7 +215,7 @@ def settle(
     # numpy indexing: torch's parallel gathers stall beside other jobs.
     q_map = q_index.numpy()
     gallery = cols if g_index is None else g_index.numpy()[cols]
-    if g.gallery.values.dtype != torch.float32 and q.raw_in_range and g.raw_in_range:
+    if g.low.values.dtype != torch.float32 and q.raw_in_range and g.raw_in_range:
         if rows.size > _SORT_PAIRS:  # each row outside the chunk read once, not once per pair
             if by_query:
                 rows, gallery = _dots.bucket_sort(rows, gallery, tab.ptr.size - 1)

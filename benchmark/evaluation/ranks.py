@@ -104,7 +104,7 @@ def positive_ranks(
     g_sorted = g_labels[g_order]
     # Queries in label order: a chunk then touches few label groups (ranks do not depend on it).
     q_order = torch.argsort(q_labels, stable=True)
-    passes = [(q, g, block(g.gallery), shortlist_error(q, g))]
+    passes = [(q, g, block(g.low), shortlist_error(q, g))]
     tabs, fallbacks = [], 0
     for start in range(0, q_labels.numel(), chunk_size):
         q_index = q_order[start : start + chunk_size]
@@ -116,7 +116,7 @@ def positive_ranks(
         sims = exact_similarities(q, g, q_index[rows[positive]], g_index[positive])
         for attempt, (q_p, g_p, shortlist, eps_in) in enumerate(passes):
             tab = threshold_tables(rows[positive], sims, q_index.numel(), eps_in, shortlist.readout)
-            scores = shortlist(q_p.query.rows(q_index).values, 0)  # [B, N]
+            scores = shortlist(q_p.low.rows(q_index).values, 0)  # [B, N]
             exclude_pairs(scores, (rows, g_index))  # same label (and camera, or not)
             limit = _limit(fallback if attempt == 0 else None, *scores.shape)
             band = scan_rows(tab, scores, 0, limit)
@@ -126,7 +126,7 @@ def positive_ranks(
                 break
             if len(passes) == 1 and fallback is not None:  # the first overflow: float32 copies
                 q32, g32 = q.in_dtype(torch.float32), g.in_dtype(torch.float32)
-                passes.append((q32, g32, fallback(g32.gallery), shortlist_error(q32, g32)))
+                passes.append((q32, g32, fallback(g32.low), shortlist_error(q32, g32)))
             fallbacks += 1
         tabs.append(tab)
     return _result(tabs, fallbacks)
@@ -138,13 +138,13 @@ class _Panels:
 
     q: UnitEmbeddings
     order: Tensor
-    query: Tensor  # the query copy's values, rows in label order
+    query: Tensor  # the low copy's values, rows in label order
     shortlist: Shortlist
     tab: Tables
 
     @staticmethod
     def of(q: UnitEmbeddings, order: Tensor, block: Block, pairs: Tensor, sims: Tensor) -> _Panels:
-        copy = q.gallery.rows(order)  # the query and gallery copies are one
+        copy = q.low.rows(order)
         shortlist = block(copy)
         eps_in = shortlist_error(q, q)
         tab = threshold_tables(pairs, sims, order.numel(), eps_in, shortlist.readout)

@@ -87,7 +87,7 @@ class _Encoding:
     gallery_v: sp.csc_matrix  # [G, N] V of the gallery, by column
     probe_sum: Tensor  # [Q] float64 Σ_j V_p[j] (1 up to rounding)
     gallery_sum: Tensor  # [G] float64
-    eps: float  # |s̃ - s| ≤ eps for the float32 products s̃ of `x.query.values`
+    eps: float  # |s̃ - s| ≤ eps for the float32 products s̃ of `x.low.values`
 
 
 def _encode(query: Tensor, gallery: Tensor, params: KReciprocal, chunk: int) -> _Encoding:
@@ -207,7 +207,7 @@ def _chunk_positions(
     unsure = np.zeros(jaccard.shape, dtype=np.bool_)
     delta = lambda_ * 2 * enc.eps / scale + 1e-12  # [B] bound on |d̃* - d*|, plus roundings
     with ieee_float32():  # recomputed: keeping them from the graph's panels takes Q × G floats
-        low = enc.x.query.values  # float32: the query and gallery copies are one
+        low = enc.x.low.values  # [N, D] float32
         s_low = low[a:b] @ low[enc.n_query :].T  # [B, G] float32
     _kreciprocal.count_negatives(
         jaccard.numpy(), s_low.numpy(), scale.numpy(), lambda_, delta.numpy(),

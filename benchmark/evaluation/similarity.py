@@ -44,8 +44,8 @@ class UnitEmbeddings:
     """Float32 embeddings, their norms and the low-precision copy that shortlists them.
 
     `raw [N, D]` float32 on the CPU (the caller's tensor, not copied), `norms [N]` the float32
-    norms n_x (held as float64). `query` and `gallery` are the copy used when these rows are
-    queries or gallery items: one copy in `low_dtype` on `device` serves both, built on first use.
+    norms n_x (held as float64). `low` is the copy in `low_dtype` on `device`, built on first
+    use, that shortlists these rows as queries and as gallery items alike.
     """
 
     raw: Tensor
@@ -59,7 +59,7 @@ class UnitEmbeddings:
         return self.raw.shape[1]
 
     @functools.cached_property
-    def query(self) -> LowCopy:
+    def low(self) -> LowCopy:
         """The unit rows in `low_dtype`, chunk by chunk, with the measured rounding error."""
         low = torch.empty(self.raw.shape, dtype=self.low_dtype, device=self.device)
         low_error = 0.0
@@ -74,10 +74,6 @@ class UnitEmbeddings:
         # so ||x̂|| ≤ 1 + 1e-3 and ||low|| ≤ ||x̂|| + ||x̂ - low|| (saves a norm pass per chunk).
         low_error *= 1 + 1e-3
         return LowCopy(low, (1 + 1e-3) * (1 + low_error), low_error)
-
-    @property
-    def gallery(self) -> LowCopy:
-        return self.query
 
     @functools.cached_property
     def raw_in_range(self) -> bool:
@@ -168,15 +164,15 @@ def raw_error(dim: int) -> float:
 
 
 def shortlist_error(q: UnitEmbeddings, g: UnitEmbeddings) -> float:
-    """Bound on |s̃ - s| for the shortlist product s̃ = x̃ · ỹ of q's query copy and g's gallery
-    copy, before any rounding of the product's output.
+    """Bound on |s̃ - s| for the shortlist product s̃ = x̃ · ỹ of q's and g's low-precision
+    copies, before any rounding of the product's output.
 
     With x̂ = x̃ + δx:  x̂·ŷ - x̃·ỹ = x̃·δy + δx·ỹ + δx·δy  (Cauchy-Schwarz on each term), plus the
     float32 accumulation of D exact products (γ_D·||x̃||·||ỹ||, Higham Thm 3.1), plus the two
     roundings that separate x̂·ŷ from the reference s (2⁻²⁴ covers both for |s| ≤ 1.01).
     Rounding of the product's output, if any, is added by the caller (`output_error`).
     """
-    qc, gc = q.query, g.gallery
+    qc, gc = q.low, g.low
     gamma_d = q.dim * U32 / (1 - q.dim * U32)
     a_q, a_g, e_q, e_g = qc.norm, gc.norm, qc.error, gc.error
     return a_q * e_g + e_q * a_g + e_q * e_g + gamma_d * a_q * a_g + U32 + 1e-30

@@ -30,8 +30,7 @@ def reference(x: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
 def test_shortlist_error_bounds_the_copies_product(name: str, dim: int) -> None:
     x = hard_rows(dim, 0)
     e = prepare(x, "x", low_dtype=arithmetic.LOW_DTYPES[name], device=CPU, chunk=64)
-    q, g = e.query, e.gallery
-    approx = q.values.double() @ g.values.double().T
+    approx = e.low.values.double() @ e.low.values.double().T
     error = (approx - reference(x, e.norms)).abs().max().item()
     assert error <= shortlist_error(e, e)
     if name != "float32":
@@ -45,9 +44,9 @@ def test_block_scores_stay_within_their_bound(name: str) -> None:
     e = prepare(x, "x", low_dtype=arithmetic.LOW_DTYPES[name], device=CPU, chunk=64)
     s = reference(x, e.norms)
     eps = shortlist_error(e, e)
-    shortlist = arithmetic.block(CPU)(e.gallery)
+    shortlist = arithmetic.block(CPU)(e.low)
     readout = shortlist.readout
-    scores = shortlist(e.query.values, 0).clone()
+    scores = shortlist(e.low.values, 0).clone()
     bound = eps + output_error(readout, s.abs().clamp_max(1.0).flatten(), eps).view_as(s)
     assert ((scores.double() - s).abs() <= bound).all()
 
@@ -57,8 +56,8 @@ def test_cpu_blocks_tile_and_reuse_their_buffer(name: str, monkeypatch: pytest.M
     monkeypatch.setattr(arithmetic.CpuShortlist, "_TILE", 7)  # ragged last tile
     low_dtype = arithmetic.LOW_DTYPES[name.removesuffix("-numpy")]
     e = prepare(torch.randn(60, 16), "x", low_dtype=low_dtype, device=CPU, chunk=8)
-    shortlist = arithmetic.CpuShortlist(e.gallery, name.partition("-")[2] or "torch")
-    low = e.gallery.values.double()
+    shortlist = arithmetic.CpuShortlist(e.low, name.partition("-")[2] or "torch")
+    low = e.low.values.double()
     atol = 2.0**-8 if name == "bfloat16" else 1e-6  # bfloat16 output rounding
     for rows, start in [
         (slice(0, 20), 0),
@@ -66,7 +65,7 @@ def test_cpu_blocks_tile_and_reuse_their_buffer(name: str, monkeypatch: pytest.M
         (slice(0, 1), 59),
         (slice(30, 60), 30),
     ]:
-        got = shortlist(e.query.values[rows], start)
+        got = shortlist(e.low.values[rows], start)
         assert got.is_contiguous() and got.shape == (len(range(60)[rows]), 60 - start)
         torch.testing.assert_close(got.double(), low[rows] @ low[start:].T, rtol=0, atol=atol)
     assert shortlist._buffer.numel() == 20 * 60  # the largest block, allocated once
@@ -103,7 +102,7 @@ def test_sgemm_takes_numpys_blas_on_amd_and_torchs_elsewhere(
     monkeypatch.setattr(arithmetic.Path, "read_text", lambda self: text)
     assert arithmetic.sgemm() == engine
     e = prepare(torch.randn(40, 8), "q", low_dtype=torch.float32, device=CPU, chunk=16)
-    assert arithmetic.block(CPU)(e.gallery)._numpy == (engine == "numpy")
+    assert arithmetic.block(CPU)(e.low)._numpy == (engine == "numpy")
 
 
 def test_either_float32_engine_gives_the_same_metrics(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -72,7 +72,7 @@ def test_cuda_blocks_stay_within_their_bound(name: str, out_dtype: bool) -> None
     """The GPU block's arithmetic, run on CPU tensors: torch < 2.8 gives bfloat16 blocks in
     bfloat16 and float16 ones as float32 products of their values; each stays within bound."""
     e = prepare(_rows(0), "x", low_dtype=arithmetic.LOW_DTYPES[name], device=CPU, chunk=32)
-    shortlist = CudaShortlist(e.gallery, out_dtype=out_dtype)
+    shortlist = CudaShortlist(e.low, out_dtype=out_dtype)
     shortlist._TILE = 50  # type: ignore[misc]  # a ragged last tile for the float16 path
     readout = shortlist.readout
     assert readout == (torch.bfloat16 if name == "bfloat16" else torch.float32)
@@ -80,7 +80,7 @@ def test_cuda_blocks_stay_within_their_bound(name: str, out_dtype: bool) -> None
     s = (unit.double() @ unit.double().T).float().double()
     eps = shortlist_error(e, e)
     for rows, start in [(slice(0, 120), 0), (slice(30, 70), 45)]:
-        got = shortlist(e.query.values[rows], start).double()
+        got = shortlist(e.low.values[rows], start).double()
         ref = s[rows, start:]
         bound = eps + output_error(readout, ref.abs().clamp_max(1.0).flatten(), eps).view_as(ref)
         assert ((got - ref).abs() <= bound).all()
