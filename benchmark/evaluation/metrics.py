@@ -59,19 +59,19 @@ class Positions:
         """p_R, the hardest positive's position, of every counted query [Q']."""
         return self.pos[self.counts.cumsum(0) - 1]
 
+    def mean(self, per_query: Tensor) -> float:
+        """Mean of `per_query` [Q'] over the counted queries; 0.0 when no query counts."""
+        return per_query.mean().item() if self.n_queries else 0.0
+
     def mean_over_queries(self, per_position: Tensor) -> float:
         """Mean over queries of (1/R) Σ per_position; 0.0 when no query counts."""
-        if self.n_queries == 0:
-            return 0.0
         per_query = torch.zeros(self.n_queries, dtype=torch.float64)
         per_query.index_add_(0, self.query, per_position)
-        return (per_query / self.counts.to(torch.float64)).mean().item()
+        return self.mean(per_query / self.counts.to(torch.float64))
 
 
 def _recall(p: Positions, ks: Sequence[int]) -> dict[str, float]:
-    if p.n_queries == 0:
-        return {f"R@{k}": 0.0 for k in ks}
-    return {f"R@{k}": (p.first() <= k).to(torch.float64).mean().item() for k in ks}
+    return {f"R@{k}": p.mean((p.first() <= k).to(torch.float64)) for k in ks}
 
 
 def _average_precision(p: Positions, ks: Sequence[int]) -> dict[str, float]:
@@ -87,9 +87,7 @@ def _r_precision(p: Positions, ks: Sequence[int]) -> dict[str, float]:
 
 
 def _inverse_negative_penalty(p: Positions, ks: Sequence[int]) -> dict[str, float]:
-    if p.n_queries == 0:
-        return {"mINP": 0.0}
-    return {"mINP": (p.counts.to(torch.float64) / p.last()).mean().item()}
+    return {"mINP": p.mean(p.counts.to(torch.float64) / p.last())}
 
 
 @dataclass(frozen=True)
