@@ -90,26 +90,26 @@ class _CircleLossFunction(torch.autograd.Function):
         # z = logsumexp_p + logsumexp_n; -inf (log 0) for rows without a positive or a negative,
         # where softplus(-inf) = 0 and σ(-inf) = 0 give a zero loss and a zero gradient.
         z = sum_p.log() + max_p + sum_n.log() + max_n  # [B]
-        ctx.save_for_backward(exp_p, exp_n, sum_p, sum_n, alpha, z)
+        ctx.save_for_backward(exp_p, exp_n, alpha, sum_p, sum_n, z)
         return F.softplus(z)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
+        *saved, sum_p, sum_n, z = ctx.saved_tensors
+        coef = grad * torch.sigmoid(z) * ctx.gamma  # [B]
+        # Eq. 9/10: softmax within each group times γ α; a non-empty group has sum >= 1.
+        coef_p, coef_n = -coef / sum_p.clamp_min(1), coef / sum_n.clamp_min(1)
         if ctx.compiled:
-            sim, pos_mask, neg_mask, exps, sum_p, sum_n, z = ctx.saved_tensors
-            coef = grad * torch.sigmoid(z) * ctx.gamma  # [B]
-            coef_p, coef_n = -coef / sum_p.clamp_min(1), coef / sum_n.clamp_min(1)
+            sim, pos_mask, neg_mask, exps = saved
             grad_sim = torch.empty_like(sim)
             _run_compiled(
                 "backward", sim, pos_mask, neg_mask, 1 + ctx.m, ctx.m, exps, coef_p.contiguous(),
                 coef_n.contiguous(), grad_sim,
             )  # fmt: skip
-            return grad_sim, None, None, None, None, None
-        exp_p, exp_n, sum_p, sum_n, alpha, z = ctx.saved_tensors
-        coef = grad * torch.sigmoid(z) * ctx.gamma  # [B]
-        # Eq. 9/10: softmax within each group times γ α; a non-empty group has sum >= 1.
-        grad_sim = exp_n * (coef / sum_n.clamp_min(1))[:, None]
-        grad_sim.addcmul_(exp_p, (-coef / sum_p.clamp_min(1))[:, None]).mul_(alpha)
+        else:
+            exp_p, exp_n, alpha = saved
+            grad_sim = exp_n * coef_n[:, None]
+            grad_sim.addcmul_(exp_p, coef_p[:, None]).mul_(alpha)
         return grad_sim, None, None, None, None, None
 
     @staticmethod
