@@ -19,9 +19,7 @@ def forward(sim, pos, neg, one_minus_m, one_plus_m, m, gamma, exps, sums_p, sums
     (0 elsewhere), the group sums, and z = log Σ_p + max_p + log Σ_n + max_n (-inf without a
     positive or a negative). Returns False if some pair is in both groups (not handled here).
     """
-    # The constants come in the input's dtype, so every value below stays in it (a Python
-    # number would promote float32 arithmetic to float64 in numba, unlike torch).
-    zero = m - m
+    zero = m - m  # the constants come in the input's dtype (`circle._run_compiled`), as must 0
     overlaps = 0
     for i in prange(sim.shape[0]):
         s_row, p_row, n_row, e_row = sim[i], pos[i], neg[i], exps[i]

@@ -63,8 +63,7 @@ class _CircleLossFunction(torch.autograd.Function):
     """Per-anchor Circle loss [B] given the weights α [B, N] as constants, closed-form backward.
 
     The forward keeps both groups' exponentials, so the backward is three elementwise passes.
-    With `alpha=None` the weights of Eq. 5 are computed here, and on CPU float tensors by a
-    compiled pass per row (`losses._circle_cpu`; docs/benchmarks/losses.md).
+    `alpha=None` computes Eq. 5's weights here, or in the compiled passes where they apply.
     """
 
     @staticmethod
