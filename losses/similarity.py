@@ -58,8 +58,7 @@ class _Gram(torch.autograd.Function):
     """x̂ x̂ᵀ [B, B] for x̂ = x / ‖x‖ (or x itself), with a hand-written backward.
 
     Autograd would run two matmuls for the product and a chain of ops for the normalisation;
-    here the gradient is one matmul, G_x̂ = (G + Gᵀ) x̂, then the projection onto the tangent
-    space of the sphere, (G_x̂ - x̂ ⟨G_x̂, x̂⟩) / ‖x‖ (F.normalize's eps: no projection below it).
+    here the gradient is one matmul, G_x̂ = (G + Gᵀ) x̂, then `_unnormalized_grad`'s projection.
     """
 
     @staticmethod
