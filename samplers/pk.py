@@ -7,6 +7,7 @@ ranks see different, complete P×K batches and no global RNG is touched.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from itertools import islice
 from typing import Literal
@@ -164,14 +165,8 @@ def full_batches(chunks: Tensor, p: int) -> int:
     to a batch); the left side minus the right is concave in B and 0 at B = 0, so the B that
     satisfy it form an interval, searched by bisection.
     """
-    low, high = 0, int(chunks.sum()) // p
-    while low < high:
-        mid = (low + high + 1) // 2
-        if int(chunks.clamp(max=mid).sum()) >= p * mid:
-            low = mid
-        else:
-            high = mid - 1
-    return low
+    candidates = range(1, int(chunks.sum()) // p + 1)
+    return bisect_left(candidates, True, key=lambda b: int(chunks.clamp(max=b).sum()) < p * b)
 
 
 def _distinct_class_batches(
