@@ -1,9 +1,4 @@
-"""Features as datasets: seeded augmented views of images, their extraction, views per epoch.
-
-`SeededView` makes view `v` of an image reproducible; `extract_features` runs a frozen extractor
-over a dataset once; `FeatureDataset` serves the stored `[views, N, C]` features and
-`ViewBatchSampler` picks, per epoch, which view of each item a P-K batch shows.
-"""
+"""Features as datasets: seeded augmented views of images, their extraction, views per epoch."""
 
 from __future__ import annotations
 

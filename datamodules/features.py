@@ -1,13 +1,9 @@
 """Frozen-backbone track: cached features of a frozen network in place of images, any dataset.
 
-Entries (`datamodules.feature_cache`) are per split and view, keyed by content: the split's items
-and labels (file paths with size and mtime), how an item becomes pixels (the image dataset's repr,
-image size, torch / torchvision / PIL versions), a training view's index and augmentation seed,
-the extractor (its repr and a SHA-256 of its parameters and buffers), the extraction batch
-size, and where it runs (device, GPU name, float32 modes and, on the CPU, torch's thread count:
-oneDNN picks other kernels for small batches on more threads). They cover the whole training
-split, before a validation split or a fold is carved out, so every `seed`, `val_classes` and fold
-shares them.
+Entries (`datamodules.feature_cache`) are per split and view, keyed by everything that changes
+the features (the description built in `_features`; docs/training/frozen.md lists it). They
+cover the whole training split, before a validation split or a fold is carved out, so every
+`seed`, `val_classes` and fold shares them.
 """
 
 from __future__ import annotations

@@ -31,11 +31,8 @@ def as_hw(image_size: ImageSize) -> tuple[int, int]:
 
 
 def fine_grained_transform(image_size: ImageSize = 224, *, train: bool) -> v2.Compose:
-    """CUB/Cars/SOP: train RandomResizedCrop + flip; eval Resize(size·256/224) + CenterCrop.
-
-    The eval resize scales the shorter side to `max(H, W)·256/224`, keeping the aspect ratio,
-    then the centre `H × W` is cut out.
-    """
+    """CUB/Cars/SOP: train RandomResizedCrop + flip; eval resizes the shorter side to
+    `max(H, W)·256/224` (aspect ratio kept) and cuts out the centre `H × W`."""
     hw = as_hw(image_size)
     if train:
         ops = [v2.RandomResizedCrop(hw, antialias=True), v2.RandomHorizontalFlip()]
