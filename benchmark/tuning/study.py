@@ -1,15 +1,10 @@
 """Optuna studies that survive: journal-file or RDB storage, workers, heartbeats, resume.
 
-Storage is Optuna's journal file (safe for several processes on one file system, unlike SQLite)
-unless an RDB URL is given. Every worker loops (`work`): under the study's budget lock, recover
-the trials of dead workers (`recover_stale`), stop once the study holds `budget.trials` distinct
-settings finished or running (`counted`), else ask for a trial with every value drawn at once,
-redrawing a setting already tried (`Proposer`); outside the lock, run it and tell Optuna how it
-ended. So two workers never run one trial and together run exactly the budget, and no setting
-runs twice but the one retry of a trial whose worker died (that FAIL does not count; a setting
-that raises is a FAIL that does). A worker is alive while its process is (same host) or while
-its heartbeat, written every `HEARTBEAT_S`, is younger than `STALE_S`. The rules in full:
-docs/guides/tuning.md#studies-that-survive.
+Every worker loops (`work`): under the study's budget lock, recover the trials of dead workers
+(`recover_stale`), stop at `budget.trials` distinct settings (`counted`), else ask for a setting
+not yet tried (`Proposer`); outside the lock, run it and tell Optuna how it ended. So workers
+together run exactly the budget, and no setting twice but the one retry of a trial whose worker
+died. The rules in full: docs/guides/tuning.md#studies-that-survive.
 """
 
 from __future__ import annotations
@@ -250,18 +245,14 @@ def _heartbeat(trial: optuna.Trial) -> Iterator[None]:
         thread.join()
 
 
-Objective = Callable[[optuna.Trial], float]
-Done = Callable[[optuna.Study, FrozenTrial], None]
-
-
 def work(
     study: optuna.Study,
     storage_url: str,
     proposer: Proposer,
-    objective: Objective,
+    objective: Callable[[optuna.Trial], float],
     *,
     stop: threading.Event,
-    done: Done | None = None,
+    done: Callable[[optuna.Study, FrozenTrial], None] | None = None,
 ) -> None:
     """Run trials of `study` until it has `proposer.budget.trials` distinct settings (the loop
     in the module docstring). Once `stop` is set (Ctrl-C), a trial ending in an error is left
@@ -282,7 +273,7 @@ def work(
             pass  # another worker failed it as stale meanwhile: its retry runs the setting again
         except optuna.TrialPruned:
             study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
-        except Exception as error:  # recorded, and the study goes on: see the module docstring
+        except Exception as error:  # a FAIL that counts, recorded; the study goes on
             if stop.is_set():
                 return
             with contextlib.suppress(UpdateFinishedTrialError):
