@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable
 from itertools import islice
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
+
+import torch
 
 from benchmark.evaluation.arithmetic import cpu_field, cpu_flags
 from benchmark.manual import manual_line
 from core.devices import chosen_device
-
-if TYPE_CHECKING:
-    import torch
 
 T = TypeVar("T")
 
@@ -103,10 +103,6 @@ MATRIX_FLAGS = frozenset(
 
 def machine() -> str:
     """One line naming the CPU (model name, torch's capability) and torch's thread count."""
-    import platform
-
-    import torch
-
     model = cpu_field("model name") or platform.processor() or platform.machine()
     capability, threads = torch.backends.cpu.get_cpu_capability(), torch.get_num_threads()
     flags = sorted(cpu_flags() & MATRIX_FLAGS)
@@ -120,8 +116,6 @@ def gpu_peak(fn: Callable[[], T], device: str) -> tuple[T, int]:
     """Run `fn()`; its result and the peak increase of CUDA memory held by torch's allocator
     (`torch.cuda.max_memory_allocated`) in bytes, 0 when `device` is not "cuda". Memory that
     faiss allocates itself is not in it."""
-    import torch
-
     if device != "cuda":
         return fn(), 0
     torch.cuda.synchronize()
