@@ -126,7 +126,3 @@ def main(argv: list[str] | None = None) -> None:
                 writer.writerow(row)
         if device.type == "cuda":
             torch.cuda.empty_cache()
-
-
-if __name__ == "__main__":
-    main()
