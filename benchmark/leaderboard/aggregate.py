@@ -26,6 +26,11 @@ from core.atomic import replaced
 TUNED = ".tuned"  # the experiment suffix of a loss as tuned (`suite.Cell.experiment`)
 
 
+def experiments(rows: pd.DataFrame) -> pd.Series:
+    """The experiment (`<group>/<config stem>`) of each row: its cell id without the seed."""
+    return rows["cell_id"].str.rsplit("/", n=1).str[0]
+
+
 def is_tuned(entry: pd.Series) -> bool:
     """Whether the experiment trained the setting its group's tuning budget found."""
     value = entry.get("tuning", "")
@@ -89,7 +94,7 @@ def aggregate_rows(rows: pd.DataFrame) -> pd.DataFrame:
     """
     rows = rows[rows["cell_id"] != ""].drop_duplicates("cell_id", keep="last")
     metrics = metric_columns(rows.columns)
-    experiment = rows["cell_id"].str.rsplit("/", n=1).str[0]
+    experiment = experiments(rows)
     out = []
     for name, runs in rows.groupby(experiment, sort=False):
         record: dict[str, object] = {"experiment": name, "group": name.split("/")[0]}

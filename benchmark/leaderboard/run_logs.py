@@ -11,15 +11,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from benchmark.leaderboard.aggregate import experiments
 from benchmark.training.rows import run_metrics
 
 CURVES = ("train/sp_mean", "train/sn_mean")
 SMOOTHING = 50  # per-step batch statistics are noisy: a running mean over 1/50 of the steps
-
-
-def experiments(rows: pd.DataFrame) -> pd.Series:
-    """The experiment (`<group>/<config stem>`) of each row: its cell id without the seed."""
-    return rows["cell_id"].str.rsplit("/", n=1).str[0]
 
 
 def runs_of(rows: pd.DataFrame, entries: pd.DataFrame) -> pd.DataFrame:
