@@ -164,12 +164,11 @@ def tuned_vs_default(entries: pd.DataFrame, metric: str) -> Figure | None:
     figure = Figure(figsize=(max(6.0, 0.8 * len(tuned) + 2), 4))
     ax = figure.subplots()
     slots = np.arange(len(tuned))
+    by_name = entries.set_index(names)
     for offset, label, suffix in ((-0.5, "default", ""), (0.5, "tuned", TUNED)):
-        rows = [entries[names == f"{stem}{suffix}"] for stem in tuned]
-        means = [float(r[f"{metric}_mean"].iloc[0]) if len(r) else math.nan for r in rows]
-        errors = np.nan_to_num(
-            [float(r[f"{metric}_ci95"].iloc[0]) if len(r) else math.nan for r in rows]
-        )
+        shown = by_name.reindex([f"{stem}{suffix}" for stem in tuned])  # NaN: no such row
+        means = shown[f"{metric}_mean"].to_numpy(float)
+        errors = np.nan_to_num(shown[f"{metric}_ci95"].to_numpy(float))
         ax.bar(slots + offset * _WIDTH, means, _WIDTH, yerr=errors, capsize=3, label=label,
                color=_SETTINGS[label])  # fmt: skip
     ax.set_xticks(slots, tuned, rotation=30, ha="right")
