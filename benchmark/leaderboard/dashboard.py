@@ -175,12 +175,9 @@ def _hyper_parameters(entries: pd.DataFrame) -> list[str]:
     names: set[str] = set()
     for text in entries["loss_params"].astype(str):
         params = json.loads(text) if text.startswith("{") else {}
-        names |= {k for k, v in params.items() if _is_number(v) and k not in SIZES}
+        # exact types: JSON's true/false load as bool, a subclass of int but no hyper-parameter
+        names |= {k for k, v in params.items() if type(v) in (int, float) and k not in SIZES}
     return sorted(names)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _stable_ids(view: wr.Report, suite: str) -> None:
