@@ -235,7 +235,7 @@ class CircleBenchCLI(LightningCLI):
             track=self.datamodule.track,
             seed=self._get(self.config, "seed_everything"),
             suite=self._get(self.config, "suite") or "",
-            cell_id=self._get(self.config, "cell_id") or "",
+            cell_id=cell_id,
             git_sha=git_sha(),
             job_type="train" if self.subcommand == "fit" else "evaluate",
         )

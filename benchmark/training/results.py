@@ -43,14 +43,12 @@ def result_row(
     if model.test_result is None:
         raise ValueError("result_row: the model has not been tested (no test_result)")
     report = model.test_result.report
-    # The backbone that made the embeddings: the embedder's, or the frozen track's extractor.
-    front = (
-        datamodule.extractor if isinstance(datamodule, CachedFeatureDataModule) else model.embedder
-    )
-    backbone = cast(PooledBackbone, front)
+    # The backbone that made the embeddings and the image DataModule (MSMT17's include_val is
+    # its own): the frozen track's cache wraps both.
+    backbone, images = cast(PooledBackbone, model.embedder), datamodule
+    if isinstance(datamodule, CachedFeatureDataModule):
+        backbone, images = cast(PooledBackbone, datamodule.extractor), datamodule.images
     height, width = as_hw(datamodule.image_size)
-    # the image datamodule: the frozen track's cache wraps it (MSMT17's include_val is its own)
-    images = datamodule.images if isinstance(datamodule, CachedFeatureDataModule) else datamodule
     return ResultRow(
         cell_id=cell_id,
         dataset=datamodule.dataset_name,
