@@ -288,7 +288,10 @@ class MetricLearningModule(pl.LightningModule):
         if self.trainer.world_size == 1:  # one rank embedded every batch, in order
             return embeddings, labels, cameras
         # Eval samplers do not shuffle: batch b of this rank holds dataset items batches[b].
-        batches = _sampled_batches(loader)
+        sampler = loader.batch_sampler
+        batches = (
+            [list(b) for b in sampler] if sampler is not None else [[i] for i in loader.sampler]
+        )
         order = torch.tensor([i for b in batch_ids for i in batches[b]], dtype=torch.long)
         index, embeddings, labels, cameras = (
             self._all_gather_rows(t) for t in (order, embeddings, labels, cameras)
@@ -314,13 +317,6 @@ def evaluation_device(trainer: pl.Trainer | None) -> Literal["auto", "cpu", "cud
     if trainer is None:
         return "auto"
     return "cuda" if trainer.strategy.root_device.type == "cuda" else "cpu"
-
-
-def _sampled_batches(loader) -> list[list[int]]:
-    """Dataset indices of each batch `loader` yields on this rank."""
-    if loader.batch_sampler is not None:
-        return [list(batch) for batch in loader.batch_sampler]
-    return [[i] for i in loader.sampler]
 
 
 def check_num_classes(loss: nn.Module, num_classes: int) -> None:
