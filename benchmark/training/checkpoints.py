@@ -165,10 +165,7 @@ def check_matches_config(ckpt_path: str | Path, config: dict[str, Any], *, train
         differing = _differing(data, wanted, ignored)
         for part in FROZEN_PARTS:  # the frozen track's image DataModule and extractor, whose
             # weights' path may move, not whether it has any
-            saved_part, wanted_part = (
-                _weights_given(data.get(part)),
-                _weights_given(wanted.get(part)),
-            )
+            saved_part, wanted_part = (_weights_given(side.get(part)) for side in (data, wanted))
             if isinstance(saved_part, dict) and isinstance(wanted_part, dict):
                 classes = (saved_part.get("class_path"), wanted_part.get("class_path"))
                 if classes[0] != classes[1]:
