@@ -94,12 +94,7 @@ class PooledBackbone(nn.Module):
     input_mean: Tensor  # [1, 3, 1, 1] buffers, in [0, 1] units
     input_std: Tensor
 
-    def __init__(
-        self,
-        backbone: str = "efficientnet_lite0",
-        pretrained: bool | str = False,
-        pooling: Pooling = "avg",
-    ) -> None:
+    def __init__(self, backbone: str, pretrained: bool | str, pooling: Pooling) -> None:
         super().__init__()
         tokens = is_token_backbone(backbone)
         _check_pooling(backbone, pooling, tokens)  # before the (slow) backbone is built
