@@ -74,8 +74,10 @@ def pretrained_backbone(
                 "offline, pass pretrained=<path to a .safetensors or state-dict .pth file> or "
                 "pretrained=False (docs: Modern backbones)"
             ) from err
-        convention = _timm_convention(model)
-        classifier = cast(dict[str, Any], model.pretrained_cfg).get("classifier")
+        cfg = cast(dict[str, Any], model.pretrained_cfg)  # timm's: mean, std, classifier, ...
+        mean, std = cfg.get("mean", IMAGENET_DEFAULT_MEAN), cfg.get("std", IMAGENET_DEFAULT_STD)
+        convention = InputConvention(False, tuple(mean), tuple(std))
+        classifier = cfg.get("classifier")
     if tf_lite0 and state is not None:
         state, convention = lite0.timm_lite0_state_dict(state, model), TF_LITE_INPUT
     if state is not None:  # fitted and checked first: a mismatch is an error, not a warning
@@ -95,12 +97,6 @@ def _pretrained_state(name: str, pretrained: bool | str) -> tuple[dict[str, Tens
     if pretrained is True:
         return None, "timm-hub"
     return _read_state(Path(pretrained)), str(pretrained)
-
-
-def _timm_convention(model: nn.Module) -> InputConvention:
-    cfg = cast(dict[str, Any], model.pretrained_cfg)  # timm's: mean, std, classifier, ...
-    mean, std = cfg.get("mean", IMAGENET_DEFAULT_MEAN), cfg.get("std", IMAGENET_DEFAULT_STD)
-    return InputConvention(False, tuple(mean), tuple(std))
 
 
 def _downloaded_state(url: str) -> dict[str, Tensor]:
