@@ -72,8 +72,7 @@ def on_threads(
     `stop()` and `end_running()` before it propagates: the runs end now, not when they finish."""
     pool = futures.ThreadPoolExecutor(max_workers=workers)
     try:
-        started = [pool.submit(call, item) for item in items]
-        pending = set(started)
+        pending = {pool.submit(call, item) for item in items}
         while pending:  # in slices, so that Ctrl-C reaches this thread; the first error ends all
             done, pending = futures.wait(pending, 0.5, futures.FIRST_EXCEPTION)
             for future in done:
