@@ -18,9 +18,8 @@ VARIABLE = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
 def skip_absent_nvml() -> None:
-    """Clear Lightning's NVML-based CUDA check where NVML cannot load: torch falls back to the
-    CUDA runtime's count there anyway, so the answer (and whether the process may still fork
-    into CUDA work) stays the same; only the per-call failing load goes."""
+    """Clear Lightning's NVML-based CUDA check where NVML cannot load: the answer, and whether
+    the process may still fork into CUDA work, stay the same (module docstring)."""
     if os.environ.get(VARIABLE) != "1":
         return
     try:
