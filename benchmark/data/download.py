@@ -46,24 +46,28 @@ def download(url: str, md5: str, folder: Path, *, timeout_s: float = 10.0) -> Pa
         else ""
     )
     digest = hashlib.md5(usedforsecurity=False)
-    try:
-        # the file replaces `target` only once the whole of it has the right md5
-        with replaced(target) as partial, partial.open("wb") as f:
-            with urllib.request.urlopen(url, timeout=timeout_s) as response:
+    # the file replaces `target` only once the whole of it has the right md5; only the fetch
+    # is the network's fault (a failing fsync or rename below is the disk's, raised as it is)
+    with replaced(target) as partial:
+        try:
+            with (
+                urllib.request.urlopen(url, timeout=timeout_s) as response,
+                partial.open("wb") as f,
+            ):
                 while chunk := response.read(CHUNK):
                     digest.update(chunk)
                     f.write(chunk)
-            if digest.hexdigest() != md5:
-                raise ValueError(
-                    f"{url} arrived with md5 {digest.hexdigest()}, expected {md5}: the download "
-                    "is incomplete or the file changed upstream; run the command again"
-                )
-    except (TimeoutError, urllib.error.URLError, ConnectionError, OSError) as error:
-        raise ConnectionError(
-            f"could not download {url} ({getattr(error, 'reason', error)}); this machine may be "
-            f"offline. Fetch the file on a connected machine, copy it to {target} and run the "
-            "same command again: it checks the md5 and extracts it." + replace
-        ) from error
+        except (TimeoutError, urllib.error.URLError, ConnectionError, OSError) as error:
+            raise ConnectionError(
+                f"could not download {url} ({getattr(error, 'reason', error)}); this machine may "
+                f"be offline. Fetch the file on a connected machine, copy it to {target} and run "
+                "the same command again: it checks the md5 and extracts it." + replace
+            ) from error
+        if digest.hexdigest() != md5:
+            raise ValueError(
+                f"{url} arrived with md5 {digest.hexdigest()}, expected {md5}: the download is "
+                "incomplete or the file changed upstream; run the command again"
+            )
     return target
 
 
