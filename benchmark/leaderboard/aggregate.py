@@ -31,6 +31,11 @@ def experiments(rows: pd.DataFrame) -> pd.Series:
     return rows["cell_id"].str.rsplit("/", n=1).str[0]
 
 
+def stem(experiment: str) -> str:
+    """An experiment's name within its group: its config stem, `.tuned` included."""
+    return experiment.rsplit("/", 1)[-1]
+
+
 def is_tuned(entry: pd.Series) -> bool:
     """Whether the experiment trained the setting its group's tuning budget found."""
     value = entry.get("tuning", "")

@@ -17,7 +17,7 @@ import pandas as pd
 from matplotlib.colors import TABLEAU_COLORS
 from matplotlib.figure import Figure
 
-from benchmark.leaderboard.aggregate import TUNED, board_metrics, compared
+from benchmark.leaderboard.aggregate import TUNED, board_metrics, compared, stem
 from benchmark.leaderboard.run_logs import final_similarities, runs_of, training_curves
 from benchmark.tuning.tuned import GroupStudies
 
@@ -76,10 +76,6 @@ def png(figure: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def _label(experiment: str) -> str:
-    return experiment.rsplit("/", 1)[-1]
-
-
 def recall_plot(entries: pd.DataFrame) -> Figure:
     """R@K (mean, 95 % CI bars) against K on a log axis, one line per experiment."""
     recalls = [m for m in board_metrics(entries) if m.startswith("R@")]
@@ -90,7 +86,7 @@ def recall_plot(entries: pd.DataFrame) -> Figure:
     for _, row in entries.iterrows():
         means = [float(row[f"{m}_mean"]) for m in recalls]
         errors = np.nan_to_num([float(row[f"{m}_ci95"]) for m in recalls])
-        ax.errorbar(ks, means, yerr=errors, marker="o", capsize=3, label=_label(row["experiment"]))
+        ax.errorbar(ks, means, yerr=errors, marker="o", capsize=3, label=stem(row["experiment"]))
     ax.set_xscale("log", base=2 if max(ks, default=1) <= 64 else 10)
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set(xlabel="K", ylabel="Recall@K (%)", title=f"Recall@K, {entries['group'].iloc[0]}")
@@ -110,8 +106,8 @@ def training_curves_plot(runs: pd.DataFrame) -> Figure | None:
     ax_p.set_prop_cycle(**LINES)
     ax_n.set_prop_cycle(**LINES)
     for name, curve in curves.items():
-        ax_p.plot(curve.index, curve["train/sp_mean"], label=_label(name))
-        ax_n.plot(curve.index, curve["train/sn_mean"], label=_label(name))
+        ax_p.plot(curve.index, curve["train/sp_mean"], label=stem(name))
+        ax_n.plot(curve.index, curve["train/sn_mean"], label=stem(name))
     ax_p.set(xlabel="step", ylabel="mean s_p", title="within-class similarity s_p")
     ax_n.set(xlabel="step", ylabel="mean s_n", title="between-class similarity s_n")
     ax_p.legend(fontsize="small")
@@ -143,7 +139,7 @@ def similarity_scatter_plot(runs: pd.DataFrame) -> Figure | None:
         else:
             ax.plot([-1, 1], [-1, 1], "k:", linewidth=1)
         low = min(0.0, float(np.min(sn)), float(np.min(sp))) - 0.05  # cosines: at most 1
-        ax.set(xlim=(low, 1.02), ylim=(low, 1.02), aspect="equal", title=_label(panel.experiment))
+        ax.set(xlim=(low, 1.02), ylim=(low, 1.02), aspect="equal", title=stem(panel.experiment))
         ax.set(xlabel="s_n (highest negative)", ylabel="s_p (lowest positive)")
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
@@ -157,7 +153,7 @@ _WIDTH = 0.4  # of a bar; a loss's two bars fill 0.8 of its slot
 
 def tuned_vs_default(entries: pd.DataFrame, metric: str) -> Figure | None:
     """Per loss with a tuned row: default and tuned bars of `metric` with 95 % CI whiskers."""
-    names = entries["experiment"].str.rsplit("/", n=1).str[-1]
+    names = entries["experiment"].map(stem)
     tuned = names[names.str.endswith(TUNED)].str.removesuffix(TUNED).tolist()
     if not tuned:
         return None
@@ -166,7 +162,7 @@ def tuned_vs_default(entries: pd.DataFrame, metric: str) -> Figure | None:
     slots = np.arange(len(tuned))
     by_name = entries.set_index(names)
     for offset, label, suffix in ((-0.5, "default", ""), (0.5, "tuned", TUNED)):
-        shown = by_name.reindex([f"{stem}{suffix}" for stem in tuned])  # NaN: no such row
+        shown = by_name.reindex([f"{loss}{suffix}" for loss in tuned])  # NaN: no such row
         means = shown[f"{metric}_mean"].to_numpy(float)
         errors = np.nan_to_num(shown[f"{metric}_ci95"].to_numpy(float))
         ax.bar(slots + offset * _WIDTH, means, _WIDTH, yerr=errors, capsize=3, label=label,
@@ -186,10 +182,10 @@ def optimisation_history(studies: GroupStudies) -> Figure | None:
     ax = figure.subplots()
     ax.set_prop_cycle(**LINES)
     metric = "val " + next(iter(studies.summaries.values()))["budget"]["metric"]
-    for stem, trials in studies.trials.items():
+    for loss, trials in studies.trials.items():
         done = trials[trials["state"] == "COMPLETE"].sort_values("number")
         values = done["value"].astype(float)
-        (best,) = ax.step(done["number"], values.cummax(), where="post", label=stem)
+        (best,) = ax.step(done["number"], values.cummax(), where="post", label=loss)
         ax.scatter(done["number"], values, s=10, alpha=0.45, color=best.get_color())
     ax.set(xlabel="trial", ylabel=metric)
     ax.set_title(f"Optimisation history: {metric} of each trial (dots), best so far (line)")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmark.leaderboard.aggregate import board_metrics
+from benchmark.leaderboard.aggregate import board_metrics, stem
 from benchmark.leaderboard.markdown import (
     format_cell,
     format_params,
@@ -118,7 +118,7 @@ def _table(entries: pd.DataFrame) -> str:
     metrics = board_metrics(entries, others=True)
     rows = []
     for _, row in entries.iterrows():
-        cells = [_td(str(row["experiment"]).rsplit("/", 1)[-1])]
+        cells = [_td(stem(str(row["experiment"])))]
         for column in settings:
             text = setting(row) if column == "tuning" else str(row[column])  # budget: in notes
             shown = format_params(text) if column == "loss_params" else text
