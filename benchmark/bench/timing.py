@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import torch
 
 from benchmark.evaluation.arithmetic import cpu_field, cpu_flags
+from benchmark.evaluation.choice import onednn_cap
 from benchmark.manual import manual_line
 from core.devices import chosen_device
 
@@ -102,13 +103,16 @@ MATRIX_FLAGS = frozenset(
 
 
 def machine() -> str:
-    """One line naming the CPU (model name, torch's capability) and torch's thread count."""
+    """One line naming the CPU (model name, torch's capability, a oneDNN ISA cap) and torch's
+    thread count."""
     model = cpu_field("model name") or platform.processor() or platform.machine()
     capability, threads = torch.backends.cpu.get_cpu_capability(), torch.get_num_threads()
     flags = sorted(cpu_flags() & MATRIX_FLAGS)
+    cap = onednn_cap()  # set: an older CPU emulated
     return (
-        f"CPU {model} ({capability}; {' '.join(flags) or 'no AVX2'}), torch {torch.__version__}, "
-        f"{threads} threads"
+        f"CPU {model} ({capability}; {' '.join(flags) or 'no AVX2'}"
+        f"{f'; oneDNN capped at {cap}' if cap else ''}), torch "
+        f"{torch.__version__}, {threads} threads"
     )
 
 

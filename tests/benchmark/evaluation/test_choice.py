@@ -27,7 +27,10 @@ def collapsed(n: int = 1200, dim: int = 64, per_class: int = 6, seed: int = 0) -
 
 
 def fake_flags(monkeypatch: pytest.MonkeyPatch, flags: set[str]) -> None:
+    """These CPU flags, with oneDNN free to use them (no ISA cap from the caller's shell)."""
     monkeypatch.setattr(choice, "cpu_flags", lambda: flags)
+    for name in choice.ISA_CAPS:
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.mark.parametrize(
@@ -48,6 +51,39 @@ def test_the_rule_takes_bfloat16_where_the_cpu_multiplies_it_natively(
     sets = evaluation_sets("same_set", torch.randn(40, 8), torch.arange(40) % 4)
     monkeypatch.setattr(choice, "SMALL_MACS", 0)
     assert choice.choose(sets, CPU) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "cap", "expected"),
+    [
+        ("ONEDNN_MAX_CPU_ISA", "AVX2", "float32"),  # the house's emulation of an AVX2-only CPU
+        ("ONEDNN_MAX_CPU_ISA", "avx512_core_vnni", "float32"),
+        ("DNNL_MAX_CPU_ISA", "AVX512_CORE", "float32"),  # oneDNN's old name for the cap
+        ("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16", "bfloat16"),
+        ("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_AMX", "bfloat16"),
+        ("ONEDNN_MAX_CPU_ISA", "ALL", "bfloat16"),
+    ],
+)
+def test_the_rule_takes_float32_where_onednn_is_capped_below_bfloat16(
+    name: str, cap: str, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Capped below AVX512_CORE_BF16, oneDNN computes bfloat16 products in software (on the AMX
+    Xeon 70x slower than natively and 11x slower than float32's), whatever /proc/cpuinfo says."""
+    fake_flags(monkeypatch, {"avx512f", "avx512_bf16", "amx_bf16"})
+    monkeypatch.setenv(name, cap)
+    sets = evaluation_sets("same_set", torch.randn(40, 8), torch.arange(40) % 4)
+    monkeypatch.setattr(choice, "SMALL_MACS", 0)
+    assert choice.choose(sets, CPU) == expected
+
+
+def test_the_rule_takes_float32_where_onednn_is_switched_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake_flags(monkeypatch, {"avx512f", "avx512_bf16", "amx_bf16"})
+    sets = evaluation_sets("same_set", torch.randn(40, 8), torch.arange(40) % 4)
+    monkeypatch.setattr(choice, "SMALL_MACS", 0)
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
+    assert choice.choose(sets, CPU) == "float32"
 
 
 @pytest.mark.parametrize(("major", "expected"), [(7, "float32"), (8, "bfloat16"), (9, "bfloat16")])
