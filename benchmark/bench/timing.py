@@ -14,8 +14,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from benchmark.evaluation.arithmetic import cpu_field, cpu_flags
-from benchmark.evaluation.choice import onednn_cap
+from benchmark.evaluation.arithmetic import cpu_field, cpu_flags, onednn_cap
 from benchmark.manual import manual_line
 from core.devices import chosen_device
 

@@ -120,6 +120,15 @@ def cpu_flags() -> set[str]:
     return set((cpu_field("flags") or cpu_field("Features")).split())
 
 
+ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")  # oneDNN's name for it, and its old one
+
+
+def onednn_cap() -> str:
+    """The ISA that the environment caps oneDNN at (`ONEDNN_MAX_CPU_ISA`, else `DNNL_MAX_CPU_ISA`),
+    upper-case; "" when neither is set."""
+    return next((os.environ[n].strip().upper() for n in ISA_CAPS if os.environ.get(n)), "")
+
+
 def cpu_field(key: str) -> str:
     """The value of the first /proc/cpuinfo line named `key`; "" where there is none."""
     try:

@@ -10,11 +10,9 @@ metrics. The measurements per CPU kind: docs/benchmarks/evaluation.md.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-from benchmark.evaluation.arithmetic import SMALL_MACS, cpu_flags
+from benchmark.evaluation.arithmetic import SMALL_MACS, cpu_flags, onednn_cap
 from benchmark.evaluation.sets import EvaluationSets
 
 # /proc/cpuinfo flags of native bfloat16 products: x86 AVX-512-BF16 and AMX, ARM BF16.
@@ -23,7 +21,6 @@ BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 NO_BF16_ISAS = frozenset(
     {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
 )
-ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")  # oneDNN's name for it, and its old one
 
 
 def choose(sets: EvaluationSets, device: torch.device) -> str:
@@ -48,12 +45,6 @@ def onednn_bfloat16() -> bool:
     computes them in software, slower than float32's products."""
     enabled = torch.backends.mkldnn.is_available() and bool(torch.backends.mkldnn.enabled)
     return enabled and onednn_cap() not in NO_BF16_ISAS
-
-
-def onednn_cap() -> str:
-    """The ISA that the environment caps oneDNN at (`ONEDNN_MAX_CPU_ISA`, else `DNNL_MAX_CPU_ISA`),
-    upper-case; "" when neither is set."""
-    return next((os.environ[n].strip().upper() for n in ISA_CAPS if os.environ.get(n)), "")
 
 
 def product_macs(sets: EvaluationSets) -> int:

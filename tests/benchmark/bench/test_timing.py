@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from benchmark.bench.timing import machine
-from benchmark.evaluation import choice
+from benchmark.evaluation import arithmetic
 
 
 def test_the_machine_line_names_torch_s_capability_threads_and_an_onednn_cap(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for name in choice.ISA_CAPS:
+    for name in arithmetic.ISA_CAPS:
         monkeypatch.delenv(name, raising=False)
     line = machine()
     assert torch.backends.cpu.get_cpu_capability() in line

@@ -29,7 +29,7 @@ def collapsed(n: int = 1200, dim: int = 64, per_class: int = 6, seed: int = 0) -
 def fake_flags(monkeypatch: pytest.MonkeyPatch, flags: set[str]) -> None:
     """These CPU flags, with oneDNN free to use them (no ISA cap from the caller's shell)."""
     monkeypatch.setattr(choice, "cpu_flags", lambda: flags)
-    for name in choice.ISA_CAPS:
+    for name in arithmetic.ISA_CAPS:
         monkeypatch.delenv(name, raising=False)
 
 
