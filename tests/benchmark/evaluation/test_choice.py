@@ -27,8 +27,11 @@ def collapsed(n: int = 1200, dim: int = 64, per_class: int = 6, seed: int = 0) -
 
 
 def fake_flags(monkeypatch: pytest.MonkeyPatch, flags: set[str]) -> None:
-    """These CPU flags, with oneDNN free to use them (no ISA cap from the caller's shell)."""
+    """These CPU flags, with oneDNN free to use them: built in and on (torch builds without it
+    exist), and no ISA cap from the caller's shell."""
     monkeypatch.setattr(choice, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: True)
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", True)
     for name in arithmetic.ISA_CAPS:
         monkeypatch.delenv(name, raising=False)
 
@@ -67,8 +70,8 @@ def test_the_rule_takes_bfloat16_where_the_cpu_multiplies_it_natively(
 def test_the_rule_takes_float32_where_onednn_is_capped_below_bfloat16(
     name: str, cap: str, expected: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Capped below AVX512_CORE_BF16, oneDNN computes bfloat16 products in software (on the AMX
-    Xeon 70x slower than natively and 11x slower than float32's), whatever /proc/cpuinfo says."""
+    """Capped below AVX512_CORE_BF16, oneDNN computes bfloat16 products in software, slower than
+    float32's, whatever /proc/cpuinfo says (docs/benchmarks/evaluation.md has the figures)."""
     fake_flags(monkeypatch, {"avx512f", "avx512_bf16", "amx_bf16"})
     monkeypatch.setenv(name, cap)
     sets = evaluation_sets("same_set", torch.randn(40, 8), torch.arange(40) % 4)
